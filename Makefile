@@ -1,0 +1,46 @@
+# vagent — everything a newcomer needs is `make run` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help venv run test unit lint typecheck pytest redis bench-graph lock clean
+
+help:  ## this list
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+venv:  ## create .venv from the hash-pinned requirements (safe to repeat)
+	@scripts/bootstrap.sh
+
+run: venv  ## run the product locally: Redis + graph (offline model unless an LLM is configured)
+	@$(BIN)/python scripts/run_local.py
+
+test: venv lint typecheck pytest  ## set up everything and run the whole suite
+
+lint: venv  ## ruff
+	$(BIN)/ruff check shared graph bot tests bench scripts
+
+typecheck: venv  ## mypy (strict) on the three packages
+	$(BIN)/mypy
+
+pytest: venv  ## the test suite (unit, integration, end-to-end)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: venv  ## only the fast tests that need no server
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+redis: venv  ## local Redis 8 + search + JSON on 127.0.0.1:$${REDIS_PORT:-6390}, data in .data/redis
+	$(BIN)/python scripts/redis_local.py --port $${REDIS_PORT:-6390} --dir .data/redis
+
+bench-graph: venv  ## benchmark: bare graph.astream vs the HTTP/SSE service
+	$(BIN)/python bench/bench_graph.py $(BENCH_ARGS)
+
+lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
+	@for f in dev graph bot; do \
+	  $(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes --no-header \
+	    --no-emit-package vagent-shared --no-emit-package vagent-graph --no-emit-package vagent-bot \
+	    requirements/$$f.in -o requirements/$$f.txt || exit 1; \
+	done; ! grep -n '://' requirements/*.txt
+
+clean:  ## remove .venv and local data
+	rm -rf $(VENV) .data .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""vagent bot service: the Matrix client in front of the graph service."""

@@ -1,0 +1,1 @@
+"""vagent graph service: the LangGraph workflow behind FastAPI/SSE."""

@@ -1,0 +1,448 @@
+"""HTTP API of the graph service: FastAPI + SSE around the compiled workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.asyncio import Redis
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockError
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from vagent_graph import metrics
+from vagent_graph.agent import AgentDescriptor, load_descriptor
+from vagent_graph.hitl import CANCEL_RESUME
+from vagent_graph.llm import make_chat_model, model_name
+from vagent_graph.offline_model import OfflineChatModel
+from vagent_graph.runner import stream_run
+from vagent_graph.tools import ToolRegistry, default_registry
+from vagent_graph.tools.records import ensure_records_db
+from vagent_graph.workflow import Deps, build_graph, new_turn_input
+from vagent_shared import redis_keys
+from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
+from vagent_shared.settings import GraphSettings
+from vagent_shared.wire import (
+    ErrorResponse,
+    FeedbackAck,
+    FeedbackRequest,
+    HealthResponse,
+    ProcessMessageRequest,
+    ResetRequest,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class InsecureConfigError(RuntimeError):
+    """Raised at startup when the API would be open to anyone."""
+
+
+def check_security(settings: GraphSettings) -> None:
+    token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else ""
+    if not token and not settings.GRAPH_INSECURE_DEV:
+        raise InsecureConfigError(
+            "GRAPH_API_TOKEN is not set. The graph trusts the AcContext in each request, so "
+            "an open API would let anyone act as a superuser. Set GRAPH_API_TOKEN, or "
+            "GRAPH_INSECURE_DEV=true for local development only."
+        )
+
+
+def api_error(status: int, code: str, message: str) -> HTTPException:
+    return HTTPException(status, detail={"error_code": code, "message": message})
+
+
+@dataclass
+class Runtime:
+    """Everything the routes need, built in the lifespan."""
+
+    settings: GraphSettings
+    redis: Redis
+    checkpointer: AsyncShallowRedisSaver
+    graph: CompiledStateGraph[Any]
+    started: float
+
+
+def _config(session_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over the limit, announced or streamed, before anything parses them."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=uuid.uuid4().hex[:16])
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _too_large(send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > self.max_bytes:
+                raise api_error(413, "request_too_large", "The request body is too large.")
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+async def _too_large(send: Send) -> None:
+    body = (
+        ErrorResponse(error_code="request_too_large", message="The request body is too large.")
+        .model_dump_json()
+        .encode()
+    )
+    await send(
+        {"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    settings: GraphSettings | None = None,
+    *,
+    llm: BaseChatModel | None = None,
+    agent: AgentDescriptor | None = None,
+    registry: ToolRegistry | None = None,
+) -> FastAPI:
+    """Build the service. Refuses (InsecureConfigError) to run without a token."""
+    settings = settings or GraphSettings()
+    check_security(settings)
+    agent = agent or load_descriptor(settings.AGENT_DESCRIPTOR)
+    registry = registry or default_registry()
+    unknown = [t for t in agent.tools if t not in registry]
+    if unknown:
+        raise ValueError(f"agent {agent.id!r} enables unknown tools: {unknown}")
+    chat_model = llm or make_chat_model(settings, agent)
+    label = chat_model.model_name if isinstance(chat_model, OfflineChatModel) else model_name(settings, agent)
+    token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else ""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ensure_records_db(settings.RECORDS_DB_PATH)
+        redis = Redis.from_url(
+            settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+        )
+        saver = AsyncShallowRedisSaver(
+            redis_client=redis,
+            ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
+        )
+        await saver.asetup()
+        deps = Deps(
+            registry=registry,
+            agent=agent,
+            llm=chat_model,
+            model_label=label,
+            records_db=settings.RECORDS_DB_PATH,
+        )
+        app.state.rt = Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic())
+        log.info(
+            "graph_started",
+            agent=agent.id,
+            model=label,
+            tools=registry.names(),
+            port=settings.HTTP_PORT,
+            insecure_dev=not token,
+        )
+        try:
+            yield
+        finally:
+            await redis.aclose()
+
+    app = FastAPI(
+        title="vagent graph service",
+        version="0.1.0",
+        description="LangGraph workflow behind HTTP + Server-Sent Events. Every `/api/` route "
+        "needs `Authorization: Bearer $GRAPH_API_TOKEN`.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_REQUEST_BYTES)
+    bearer = HTTPBearer(auto_error=False, description="GRAPH_API_TOKEN")
+
+    async def require_token(
+        request: Request, cred: HTTPAuthorizationCredentials | None = Depends(bearer)
+    ) -> None:
+        if not token:  # GRAPH_INSECURE_DEV
+            return
+        given = cred.credentials if cred and cred.scheme.lower() == "bearer" else ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            metrics.SECURITY_EVENTS.labels("bad_service_token").inc()
+            log.warning(
+                "security.bad_service_token",
+                path=request.url.path,
+                client=request.client.host if request.client else None,
+                auth_header_present=bool(given),
+            )
+            raise HTTPException(
+                401,
+                detail={"error_code": "unauthorized", "message": "Missing or invalid service token."},
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    def rt(request: Request) -> Runtime:
+        return request.app.state.rt  # type: ignore[no-any-return]
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
+        body = ErrorResponse(
+            error_code="invalid_request", message=f"{where}: {first['msg']}", details=details
+        )
+        return JSONResponse(body.model_dump(), status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        if isinstance(exc.detail, dict):
+            body = ErrorResponse(**exc.detail)
+        else:
+            body = ErrorResponse(error_code=f"http_{exc.status_code}", message=str(exc.detail))
+        return JSONResponse(
+            body.model_dump(), status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
+
+    @app.middleware("http")
+    async def _metrics(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "other")
+        metrics.REQUESTS.labels(endpoint, str(response.status_code)).inc()
+        if not isinstance(response, EventSourceResponse):
+            metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
+        return response
+
+    async def acquire(r: Runtime, session_id: str) -> Lock:
+        lock = r.redis.lock(
+            redis_keys.session_lock(session_id), timeout=r.settings.RUN_TIMEOUT_SECONDS + 60, blocking=False
+        )
+        try:
+            got = await lock.acquire()
+        except Exception as exc:
+            log.error("redis_unavailable", error=str(exc))
+            raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
+        if not got:
+            raise api_error(409, "session_busy", "This session is already answering another message.")
+        return lock
+
+    async def release(lock: Lock) -> None:
+        try:
+            await lock.release()
+        except (LockError, Exception) as exc:  # expired or Redis gone: the TTL cleans up
+            log.debug("lock_release_failed", error_type=type(exc).__name__)
+
+    def sse(
+        endpoint: str, session_id: str, lock: Lock, events: Callable[[], AsyncIterator[SSEEvent]]
+    ) -> EventSourceResponse:
+        async def gen() -> AsyncIterator[ServerSentEvent]:
+            start, first = time.perf_counter(), True
+            with structlog.contextvars.bound_contextvars(session_id=session_id):
+                try:
+                    async for ev in events():
+                        if first:
+                            metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
+                            first = False
+                        yield ServerSentEvent(event=ev.EVENT, data=ev.sse_data())
+                    yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
+                finally:
+                    await release(lock)
+                    metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
+                    log.info(
+                        "stream_closed", endpoint=endpoint, seconds=round(time.perf_counter() - start, 4)
+                    )
+
+        return EventSourceResponse(
+            gen(), ping=15, headers={"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
+        )
+
+    async def close_stale_question(r: Runtime, session_id: str) -> None:
+        """A new message while a question is pending: the question expired on the bot side."""
+        cfg = _config(session_id)
+        state = await r.graph.aget_state(cfg)
+        if not state.interrupts:
+            return
+        log.info("hitl_expired", interrupt_ids=[i.id for i in state.interrupts])
+        metrics.HITL_RESUMES.labels("expired").inc()
+        async for _ in r.graph.astream(Command(resume=CANCEL_RESUME), cfg, stream_mode="updates"):
+            pass
+
+    @app.post(
+        "/api/v1/process_message",
+        dependencies=[Depends(require_token)],
+        response_class=EventSourceResponse,
+        responses={
+            200: {
+                "content": {"text/event-stream": {}},
+                "description": "SSE: text_chunk/progress/hitl_request/"
+                "text_final/error, always ending with done",
+            },
+            401: {"model": ErrorResponse},
+            409: {"model": ErrorResponse},
+            413: {"model": ErrorResponse},
+            422: {"model": ErrorResponse},
+        },
+    )
+    async def process_message(body: ProcessMessageRequest, request: Request) -> EventSourceResponse:
+        """Answer one user message as a stream of Server-Sent Events."""
+        r = rt(request)
+        structlog.contextvars.bind_contextvars(session_id=body.session_id)
+        if not body.message.strip():
+            raise api_error(422, "empty_message", "message: must not be empty.")
+        if len(body.message) > r.settings.MAX_MESSAGE_CHARS:
+            raise api_error(
+                422, "message_too_long", f"message: longer than {r.settings.MAX_MESSAGE_CHARS} characters."
+            )
+        log.info("process_message", user_id=body.user_id, chars=len(body.message))
+        lock = await acquire(r, body.session_id)
+
+        async def events() -> AsyncIterator[SSEEvent]:
+            try:
+                await close_stale_question(r, body.session_id)
+            except Exception:
+                log.exception("close_stale_question_failed")
+                yield ErrorEvent(
+                    error_code="internal_error",
+                    message="Something went wrong while answering. Please try again.",
+                )
+                return
+            async for ev in stream_run(
+                r.graph,
+                new_turn_input(body.message, body.ac_context),
+                _config(body.session_id),
+                r.settings.RUN_TIMEOUT_SECONDS,
+            ):
+                yield ev
+
+        return sse("process_message", body.session_id, lock, events)
+
+    @app.post(
+        "/api/v1/submit_feedback",
+        dependencies=[Depends(require_token)],
+        response_model=None,
+        responses={
+            200: {
+                "content": {
+                    "text/event-stream": {},
+                    "application/json": {"schema": FeedbackAck.model_json_schema()},
+                },
+                "description": "SSE like process_message, or a JSON ack when "
+                "the client accepts only application/json",
+            },
+            401: {"model": ErrorResponse},
+            409: {"model": ErrorResponse},
+            422: {"model": ErrorResponse},
+        },
+    )
+    async def submit_feedback(body: FeedbackRequest, request: Request) -> Response:
+        """Resume the session's paused workflow with the human's answer."""
+        r = rt(request)
+        structlog.contextvars.bind_contextvars(session_id=body.session_id)
+        lock = await acquire(r, body.session_id)
+        try:
+            state = await r.graph.aget_state(_config(body.session_id))
+        except Exception:
+            await release(lock)
+            raise
+        pending = {i.id for i in state.interrupts}
+        if not pending:
+            await release(lock)
+            raise api_error(409, "no_pending_question", "Nothing is waiting for an answer in this session.")
+        if body.interrupt_id and body.interrupt_id not in pending:
+            await release(lock)
+            raise api_error(409, "stale_question", "That question is no longer pending.")
+        metrics.HITL_RESUMES.labels("answered").inc()
+        log.info("submit_feedback", chars=len(body.response))
+        update = {"ac_context": body.ac_context.to_wire()} if body.ac_context else None
+        command: Command[Any] = Command(resume=body.response, update=update)
+        cfg = _config(body.session_id)
+
+        def events() -> AsyncIterator[SSEEvent]:
+            return stream_run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS)
+
+        accept = request.headers.get("accept", "")
+        if "application/json" in accept and "text/event-stream" not in accept:
+            try:
+                outcome = [ev async for ev in events()]
+            finally:
+                await release(lock)
+            return JSONResponse(_ack(outcome).model_dump())
+        return sse("submit_feedback", body.session_id, lock, events)
+
+    @app.post(
+        "/api/v1/reset_session",
+        dependencies=[Depends(require_token)],
+        response_model=FeedbackAck,
+        responses={401: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
+    )
+    async def reset_session(body: ResetRequest, request: Request) -> FeedbackAck:
+        """Forget the session's conversation and any pending question (`!reset`)."""
+        r = rt(request)
+        structlog.contextvars.bind_contextvars(session_id=body.session_id)
+        lock = await acquire(r, body.session_id)
+        try:
+            await r.checkpointer.adelete_thread(body.session_id)
+        finally:
+            await release(lock)
+        log.info("session_reset")
+        return FeedbackAck(success=True, message="The conversation was forgotten.")
+
+    @app.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
+    async def health(request: Request) -> JSONResponse:
+        r = rt(request)
+        ok = True
+        try:
+            await asyncio.wait_for(r.redis.ping(), timeout=2)  # type: ignore[misc]
+        except Exception:
+            ok = False
+        body = HealthResponse(
+            status="healthy" if ok else "unhealthy",
+            active_sessions=int(metrics.ACTIVE_RUNS._value.get()),
+            uptime_seconds=round(time.monotonic() - r.started, 3),
+        )
+        return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _ack(events: list[SSEEvent]) -> FeedbackAck:
+    for ev in events:
+        if isinstance(ev, ErrorEvent):
+            return FeedbackAck(success=False, message=ev.message)
+        if isinstance(ev, HitlRequest):
+            return FeedbackAck(success=True, message=ev.question)
+        if isinstance(ev, TextFinal):
+            return FeedbackAck(success=True, message=ev.content)
+    return FeedbackAck(success=True, message="")

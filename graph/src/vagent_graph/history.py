@@ -1,0 +1,91 @@
+"""Keep cost flat as a conversation grows.
+
+Two bounds: what is SENT to the LLM (a token budget, cut at a human turn so no tool
+result loses its call) and what is STORED in the checkpoint (a message count; older
+turns are removed with RemoveMessage). Dangling tool calls - a call without a result,
+left by a cancelled run - are answered as cancelled in what the LLM sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
+
+CANCELLED_TOOL_RESULT = "Cancelled: this tool call was not completed (no answer in time)."
+
+
+def approx_tokens(messages: Sequence[BaseMessage]) -> int:
+    """~4 characters a token; good enough for a budget, and free."""
+    total = 0
+    for m in messages:
+        total += 4 + len(str(m.content)) // 4
+        if isinstance(m, AIMessage):
+            total += sum(len(str(tc.get("args", ""))) // 4 + 8 for tc in m.tool_calls)
+    return total
+
+
+def repair_tool_pairs(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """Every tool call answered right after its AIMessage; orphan results dropped."""
+    out: list[AnyMessage] = []
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    open_calls: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            if m.tool_call_id in open_calls:
+                out.append(m)
+                open_calls.discard(m.tool_call_id)
+            continue
+        if isinstance(m, AIMessage) and m.tool_calls:
+            out.append(m)
+            ids = [str(tc["id"]) for tc in m.tool_calls if tc.get("id")]
+            open_calls = set(ids)
+            # calls never answered anywhere get a synthetic result right away
+            for tc_id in ids:
+                if tc_id not in answered:
+                    out.append(ToolMessage(content=CANCELLED_TOOL_RESULT, tool_call_id=tc_id))
+                    open_calls.discard(tc_id)
+            continue
+        out.append(m)
+    return out
+
+
+def window_for_llm(messages: Sequence[AnyMessage], max_tokens: int) -> list[AnyMessage]:
+    """The most recent turns that fit `max_tokens`, starting at a human message.
+
+    The newest turn is always kept whole even if it alone exceeds the budget.
+    """
+    msgs = repair_tool_pairs(messages)
+    starts = [i for i, m in enumerate(msgs) if isinstance(m, HumanMessage)]
+    if not starts:
+        return msgs
+    chosen = starts[-1]
+    for i in reversed(starts[:-1]):
+        if approx_tokens(msgs[i:]) > max_tokens:
+            break
+        chosen = i
+    return msgs[chosen:]
+
+
+def removals_to_bound(messages: Sequence[AnyMessage], max_messages: int) -> list[RemoveMessage]:
+    """RemoveMessage for the oldest turns so at most `max_messages` remain stored.
+
+    Cuts only at a human message, so stored history never starts mid-turn.
+    """
+    if len(messages) <= max_messages:
+        return []
+    cut = None
+    for i, m in enumerate(messages):
+        if isinstance(m, HumanMessage) and len(messages) - i <= max_messages:
+            cut = i
+            break
+    if cut is None:  # one enormous turn: keep from its human message
+        cut = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
+    return [RemoveMessage(id=m.id) for m in messages[:cut] if m.id]

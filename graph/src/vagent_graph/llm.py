@@ -1,0 +1,36 @@
+"""Pick the chat model: any OpenAI-compatible endpoint, else the offline model."""
+
+from __future__ import annotations
+
+from langchain_core.language_models import BaseChatModel
+
+from vagent_graph.agent import AgentDescriptor
+from vagent_graph.offline_model import OfflineChatModel
+from vagent_shared.settings import GraphSettings
+
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+def model_name(settings: GraphSettings, agent: AgentDescriptor) -> str:
+    """LLM_MODEL (operations) wins over the descriptor's model."""
+    return settings.LLM_MODEL or agent.model or DEFAULT_MODEL
+
+
+def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChatModel:
+    """ChatOpenAI when OPENAI_BASE_URL or OPENAI_API_KEY is set (OpenAI, Ollama, vLLM,
+    llama.cpp, LM Studio...), otherwise the deterministic offline model."""
+    if not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
+        return OfflineChatModel()
+    from langchain_openai import ChatOpenAI
+
+    key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
+    return ChatOpenAI(
+        model=model_name(settings, agent),
+        base_url=settings.OPENAI_BASE_URL,
+        api_key=key,  # type: ignore[arg-type]
+        temperature=agent.temperature,
+        streaming=True,
+        stream_usage=True,
+        timeout=settings.LLM_TIMEOUT_SECONDS,
+        max_retries=1,
+    )

@@ -1,0 +1,26 @@
+"""Prometheus metrics of the graph service (module-level: one registry per process)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter("vagent_graph_requests_total", "HTTP requests", ["endpoint", "status"])
+REQUEST_SECONDS = Histogram(
+    "vagent_graph_request_duration_seconds",
+    "HTTP request duration, whole stream included",
+    ["endpoint"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+FIRST_EVENT_SECONDS = Histogram(
+    "vagent_graph_first_event_seconds",
+    "Time from request to first SSE event",
+    ["endpoint"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+LLM_TOKENS = Counter("vagent_graph_llm_tokens_total", "LLM tokens", ["model", "kind"])
+LLM_CALLS = Counter("vagent_graph_llm_calls_total", "LLM calls", ["model", "outcome"])
+TOOL_CALLS = Counter("vagent_graph_tool_calls_total", "Tool calls by decision", ["tool", "decision"])
+HITL_REQUESTS = Counter("vagent_graph_hitl_requests_total", "Questions asked to a human", ["kind"])
+HITL_RESUMES = Counter("vagent_graph_hitl_resumes_total", "Answers received", ["outcome"])
+ACTIVE_RUNS = Gauge("vagent_graph_active_runs", "Workflow runs in progress")
+SECURITY_EVENTS = Counter("vagent_graph_security_events_total", "Refused access", ["kind"])

@@ -1,0 +1,186 @@
+"""A tiny deterministic chat model so `make run` works with no LLM configured.
+
+It says it is offline, routes a few obvious requests to the tools it was OFFERED
+(so access filtering stays visible), summarises tool results, and otherwise says
+what it can do. It streams word by word and reports token usage like a real model.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+OFFLINE_MODEL_NAME = "vagent-offline"
+PREFIX = "(offline model) "
+_DATE = r"(\d{4}(?:-\d{2}-\d{2})?)"
+_DELETE = re.compile(rf"\b(delete|remove|purge)\b.*?\b(older than|before)\s+{_DATE}", re.I)
+_OLDER = re.compile(rf"\b(older than|before)\s+{_DATE}", re.I)
+_COUNT = re.compile(r"\b(how many|count|number of)\b.*\brecords?\b", re.I)
+_LIST = re.compile(r"\b(list|show)\b.*\brecords?\b", re.I)
+_WHICH_DB = re.compile(r"\b(which database|ask me)\b", re.I)
+
+
+def _iso(d: str) -> str:
+    return d if len(d) == 10 else f"{d}-01-01"
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def _tool_names(tools: Sequence[dict[str, Any]]) -> set[str]:
+    return {t.get("function", {}).get("name", "") for t in tools}
+
+
+def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]]) -> AIMessage:
+    """The whole decision, pure: what the offline model answers to this conversation."""
+    offered = _tool_names(tools)
+    last = messages[-1] if messages else HumanMessage(content="")
+    if isinstance(last, ToolMessage):
+        return AIMessage(content=PREFIX + str(last.content))
+    text = str(last.content)
+
+    def call(name: str, args: dict[str, Any]) -> AIMessage:
+        if name not in offered:
+            return AIMessage(content=PREFIX + f"I can't do that: you don't have access to `{name}`.")
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
+            ],
+        )
+
+    if m := _DELETE.search(text):
+        return call("delete_records", {"older_than": _iso(m.group(3))})
+    if _COUNT.search(text):
+        sql = "SELECT COUNT(*) AS records FROM records"
+        if m := _OLDER.search(text):
+            sql += f" WHERE created_at < '{_iso(m.group(2))}'"
+        return call("database_query", {"sql": sql})
+    if _LIST.search(text):
+        return call(
+            "database_query",
+            {"sql": "SELECT id, customer, amount, created_at FROM records ORDER BY created_at LIMIT 10"},
+        )
+    if _WHICH_DB.search(text):
+        return call("ask_user", {"question": "Which database?", "options": ["production", "staging"]})
+    return AIMessage(content=PREFIX + _help(offered))
+
+
+def _help(offered: set[str]) -> str:
+    lines = [
+        "I'm running without a language model (no LLM is configured), so I only understand a few requests."
+    ]
+    examples = {
+        "database_query": '- count or list records: "how many records are older than 2020?"',
+        "delete_records": '- delete old records, after you confirm: "delete records older than 2020"',
+        "ask_user": '- ask you a clarifying question: "which database?"',
+    }
+    usable = [examples[n] for n in examples if n in offered]
+    if usable:
+        lines.append("With your access I can:")
+        lines.extend(usable)
+    else:
+        lines.append("You have no tools available, so I can only chat.")
+    return "\n".join(lines)
+
+
+def _usage(messages: Sequence[BaseMessage], reply: AIMessage) -> dict[str, int]:
+    inp = sum(len(str(m.content).split()) + 1 for m in messages)
+    out = max(1, len(str(reply.content).split()) + 10 * len(reply.tool_calls))
+    return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
+
+
+class OfflineChatModel(BaseChatModel):
+    """Deterministic stand-in for an LLM; supports bind_tools and streaming."""
+
+    model_name: str = OFFLINE_MODEL_NAME
+
+    @property
+    def _llm_type(self) -> str:
+        return OFFLINE_MODEL_NAME
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:  # type: ignore[override]
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _reply(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        reply = plan_reply(messages, kwargs.get("tools") or [])
+        reply.usage_metadata = _usage(messages, reply)  # type: ignore[assignment]
+        reply.response_metadata = {"model_name": self.model_name, "finish_reason": "stop"}
+        return reply
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages, kwargs))])
+
+    def _chunks(self, reply: AIMessage) -> Iterator[AIMessageChunk]:
+        if reply.tool_calls:
+            yield AIMessageChunk(
+                content="",
+                tool_call_chunks=[
+                    tool_call_chunk(name=tc["name"], args=_json(tc["args"]), id=tc["id"], index=i)
+                    for i, tc in enumerate(reply.tool_calls)
+                ],
+            )
+        else:
+            for piece in _words(str(reply.content)):
+                yield AIMessageChunk(content=piece)
+        yield AIMessageChunk(
+            content="",
+            usage_metadata=reply.usage_metadata,
+            response_metadata={"model_name": self.model_name, "finish_reason": "stop"},
+            chunk_position="last",
+        )
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._reply(messages, kwargs)):
+            gen = ChatGenerationChunk(message=chunk)
+            if run_manager and chunk.content:
+                run_manager.on_llm_new_token(str(chunk.content), chunk=gen)
+            yield gen
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in self._chunks(self._reply(messages, kwargs)):
+            gen = ChatGenerationChunk(message=chunk)
+            if run_manager and chunk.content:
+                await run_manager.on_llm_new_token(str(chunk.content), chunk=gen)
+            yield gen
+
+
+def _json(args: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(args)

@@ -1,0 +1,166 @@
+"""Run the workflow and turn LangGraph's stream into the SSE contract.
+
+The run happens in its own asyncio Task feeding a queue. When the consumer goes
+away (client disconnect), the task is cancelled and awaited, which also cancels
+the upstream LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Interrupt, StreamMode
+
+from vagent_graph import metrics
+from vagent_shared.events import (
+    ErrorEvent,
+    HitlRequest,
+    Progress,
+    SSEEvent,
+    TextChunk,
+    TextFinal,
+)
+
+log = structlog.get_logger(__name__)
+STREAM_MODES: list[StreamMode] = ["messages", "custom", "updates"]
+_END = object()
+
+
+@dataclass
+class EventMapper:
+    """LangGraph stream items -> SSE events. Pure; remembers what the final event needs."""
+
+    chunk_index: int = 0
+    final_text: str = ""
+    interrupt: HitlRequest | None = None
+    failed: bool = False
+    _interrupt_kind: str = field(default="confirm")
+
+    def map(self, mode: str, payload: Any) -> list[SSEEvent]:
+        if mode == "messages":
+            chunk, meta = payload
+            if meta.get("langgraph_node") != "agent" or not isinstance(chunk, AIMessageChunk):
+                return []
+            text = (
+                chunk.content
+                if isinstance(chunk.content, str)
+                else "".join(p.get("text", "") for p in chunk.content if isinstance(p, dict))
+            )
+            if not text:
+                return []
+            ev = TextChunk(content=text, chunk_index=self.chunk_index)
+            self.chunk_index += 1
+            return [ev]
+        if mode == "custom":
+            if isinstance(payload, dict) and payload.get("type") == "progress":
+                return [Progress(content=str(payload.get("content", "")))]
+            return []
+        if mode == "updates" and isinstance(payload, dict):
+            for node, update in payload.items():
+                if node == "__interrupt__":
+                    self._take_interrupt(update)
+                elif node == "agent" and isinstance(update, dict):
+                    for m in update.get("messages", []):
+                        if isinstance(m, AIMessage) and not m.tool_calls:
+                            self.final_text = str(m.content)
+        return []
+
+    def _take_interrupt(self, interrupts: Any) -> None:
+        for it in interrupts or ():
+            if isinstance(it, Interrupt) and isinstance(it.value, dict):
+                v = it.value
+                self._interrupt_kind = str(v.get("kind", "confirm"))
+                self.interrupt = HitlRequest(
+                    question=str(v.get("question", "")),
+                    options=[str(o) for o in v.get("options", [])],
+                    timeout_seconds=int(v.get("timeout_seconds", 3600)),
+                    interrupt_id=it.id,
+                )
+
+    def closing(self) -> list[SSEEvent]:
+        """What follows the streamed items: the question, or the final text."""
+        if self.failed:
+            return []
+        if self.interrupt is not None:
+            metrics.HITL_REQUESTS.labels(self._interrupt_kind).inc()
+            return [self.interrupt]
+        return [TextFinal(content=self.final_text, is_final=True)]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out and len(out) < 10:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def error_event_for(exc: BaseException) -> ErrorEvent:
+    """A short message a user can read; details go to the log, never to the client."""
+    chain = _chain(exc)
+    if any(isinstance(e, TimeoutError) for e in chain):
+        return ErrorEvent(error_code="timeout", message="The answer took too long and was stopped.")
+    if any(type(e).__name__ == "RateLimitError" for e in chain):
+        return ErrorEvent(
+            error_code="llm_rate_limited",
+            message="The language model is busy right now. Please try again shortly.",
+        )
+    if any(
+        type(e).__module__.split(".")[0]
+        in {"openai", "langchain_openai", "httpx", "httpx2", "httpcore", "httpcore2"}
+        for e in chain
+    ):
+        return ErrorEvent(
+            error_code="llm_unavailable",
+            message="The language model is not available right now. Please try again later.",
+        )
+    return ErrorEvent(
+        error_code="internal_error", message="Something went wrong while answering. Please try again."
+    )
+
+
+async def stream_run(
+    graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
+) -> AsyncIterator[SSEEvent]:
+    """Every event of one run, then the question or the final text (not `done`)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    mapper = EventMapper()
+
+    async def produce() -> None:
+        try:
+            async with asyncio.timeout(run_timeout):
+                async for mode, payload in graph.astream(graph_input, config, stream_mode=STREAM_MODES):
+                    for ev in mapper.map(mode, payload):
+                        queue.put_nowait(ev)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("run_failed", error_type=type(exc).__name__)
+            mapper.failed = True
+            queue.put_nowait(error_event_for(exc))
+        finally:
+            queue.put_nowait(_END)
+
+    metrics.ACTIVE_RUNS.inc()
+    task = asyncio.create_task(produce(), name="graph-run")
+    try:
+        while (item := await queue.get()) is not _END:
+            yield item
+        for ev in mapper.closing():
+            yield ev
+    finally:
+        metrics.ACTIVE_RUNS.dec()
+        if not task.done():
+            log.info("run_cancelled", reason="client went away")
+            task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(task, return_exceptions=True)

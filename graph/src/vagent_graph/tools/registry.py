@@ -1,0 +1,109 @@
+"""Tool metadata and the registry the workflow reads; the workflow never names a tool.
+
+A tool is data: a name, a description, an argument model, metadata
+(`requires_confirmation`, `requires_credentials`), an optional `ask` step that
+builds the question a human must answer first, and `run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+from pydantic import BaseModel
+
+from vagent_shared.access import AcContext
+
+log = structlog.get_logger(__name__)
+
+ENTRY_POINT_GROUP = "vagent.tools"
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may know about the call: who asks, in which session, where data lives."""
+
+    ac: AcContext
+    session_id: str
+    records_db: Path
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question for the human. `confirm` questions cancel the call on "no";
+    `input` questions pass the answer to `run`."""
+
+    text: str
+    options: list[str] = field(default_factory=list)
+    kind: Literal["confirm", "input"] = "confirm"
+
+
+AskFn = Callable[[Any, ToolContext], Awaitable[Question | None]]
+RunFn = Callable[[Any, ToolContext, str | None], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    run: RunFn
+    ask: AskFn | None = None
+    requires_confirmation: bool = False
+    requires_credentials: bool = False
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The function spec the LLM is offered."""
+        params = self.args_model.model_json_schema()
+        params.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.register(t)
+
+    def register(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        return tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+
+def default_registry() -> ToolRegistry:
+    """Built-in tools plus any installed package's `vagent.tools` entry points.
+
+    An entry point names a callable returning a Tool or a list of Tools.
+    """
+    from vagent_graph.tools import ask_user, records
+
+    registry = ToolRegistry([*records.TOOLS, ask_user.TOOL])
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = ep.load()()
+            for t in loaded if isinstance(loaded, list) else [loaded]:
+                registry.register(t)
+        except Exception:  # a broken plugin must not take the service down
+            log.exception("tool_plugin_failed", entry_point=ep.name)
+    return registry

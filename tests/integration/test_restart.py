@@ -1,0 +1,68 @@
+"""A confirmation survives the graph process: ask, kill the service, restart, answer."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.factories import message_body, new_session
+from tests.support.graph_process import GraphProcess
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.sse import kinds, post_sse
+from vagent_shared.events import HitlRequest, TextFinal
+
+CUTOFF = "2020-01-01"
+
+
+def older(db: Path) -> int:
+    with sqlite3.connect(db) as c:
+        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
+
+
+@pytest.mark.parametrize("answer,crash", [("yes", False), ("no", False), ("yes", True)])
+async def test_confirmation_survives_a_restart(
+    redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path, answer: str, crash: bool
+) -> None:
+    g = GraphProcess(redis_url, tmp_path, llm_server.base_url).start()
+    db = tmp_path / "records.db"
+    try:
+        n = older(db)
+        assert n > 0
+        sid = new_session()
+        llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
+        async with httpx.AsyncClient(base_url=g.url, timeout=30) as c:
+            events = await post_sse(
+                c, "/api/v1/process_message", message_body(sid, "delete records older than 2020"), g.headers
+            )
+        assert kinds(events) == ["hitl_request", "done"]
+        q = events[0]
+        assert isinstance(q, HitlRequest) and q.question == f"Delete {n} records older than {CUTOFF}?"
+
+        g.kill() if crash else g.stop()  # nothing is held in memory while the human thinks
+        g.start()
+
+        llm_server.push_text("Deleted." if answer == "yes" else "Cancelled, nothing deleted.")
+        async with httpx.AsyncClient(base_url=g.url, timeout=30) as c:
+            events = await post_sse(
+                c,
+                "/api/v1/submit_feedback",
+                {"session_id": sid.format(), "response": answer, "interrupt_id": q.interrupt_id},
+                g.headers,
+            )
+            assert kinds(events)[-2:] == ["text_final", "done"]
+            assert isinstance(events[-2], TextFinal)
+            assert older(db) == (0 if answer == "yes" else n)
+            # the question is consumed: answering twice is refused
+            again = await c.post(
+                "/api/v1/submit_feedback",
+                json={"session_id": sid.format(), "response": "yes"},
+                headers=g.headers,
+            )
+            assert again.status_code == 409
+        tool_msg = next(m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool")
+        assert ("Deleted" in tool_msg["content"]) == (answer == "yes")
+    finally:
+        g.stop()

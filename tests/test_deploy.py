@@ -1,0 +1,859 @@
+"""Offline checks of the deployment files.
+
+Covers requirements/*.txt, graph/Dockerfile, bot/Dockerfile, docker-compose.yml,
+deploy/dev/, k8s/ (kustomize base + dev/prod overlays) and the Tiltfile. No
+network, no Docker engine and no cluster are needed.
+
+With ``kubectl`` on PATH the overlays are rendered by ``kubectl kustomize``.
+Without it, the manifest checks run on a small built-in approximation of
+kustomize (resources, generators, namespace, images, replicas; patches are not
+applied), so the checks still run on a machine that has no kubectl. When
+kubectl is present, a test compares the two renderings.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import kubernetes_validate.utils
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+K8S = ROOT / "k8s"
+OVERLAYS = {"dev": K8S / "overlays" / "dev", "prod": K8S / "overlays" / "prod"}
+NAMESPACES = {"dev": "vagent-dev", "prod": "vagent"}
+COMPOSE = ROOT / "docker-compose.yml"
+TILTFILE = ROOT / "Tiltfile"
+DOCKERFILES = {"graph": ROOT / "graph" / "Dockerfile", "bot": ROOT / "bot" / "Dockerfile"}
+KUBECTL = shutil.which("kubectl")
+
+# The only environment variable names each service may be given.
+GRAPH_ENV = {
+    "REDIS_URL",
+    "HTTP_PORT",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "LLM_MODEL",
+    "GRAPH_API_TOKEN",
+    "GRAPH_INSECURE_DEV",
+    "AGENT_DESCRIPTOR",
+    "RECORDS_DB_PATH",
+    "LOG_LEVEL",
+    "MAX_MESSAGE_CHARS",
+    "CHECKPOINT_TTL_MINUTES",
+}
+BOT_ENV = {
+    "MATRIX_HOMESERVER",
+    "MATRIX_USER",
+    "MATRIX_PASSWORD",
+    "MATRIX_ACCESS_TOKEN",
+    "MATRIX_STORE_PATH",
+    "REDIS_URL",
+    "GRAPH_API_ENDPOINT",
+    "GRAPH_API_TOKEN",
+    "ACCESS_CONTROL_PROVIDER_URL",
+    "AGENT_ID",
+    "TENANT_STATE_EVENT_TYPE",
+    "BOT_HEALTH_PORT",
+    "LOG_LEVEL",
+}
+ACP_ENV = {"ACP_PORT", "ACP_POLICY_FILE"}
+SECRET_ENV = {"GRAPH_API_TOKEN", "OPENAI_API_KEY", "MATRIX_PASSWORD", "MATRIX_ACCESS_TOKEN"}
+SECRET_NAME = "vagent-secrets"
+
+# k8s workload name -> (allowed env names, console command it runs, port)
+WORKLOADS = {
+    "vagent-graph": (GRAPH_ENV, "vagent-graph", 8000),
+    "vagent-bot": (BOT_ENV, "vagent-bot", 8080),
+    "vagent-acp": (ACP_ENV, "vagent-acp", 8090),
+}
+POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+
+
+def _k8s_version() -> str:
+    """A Kubernetes version the installed kubernetes-validate has schemas for."""
+    versions = kubernetes_validate.utils.all_versions()
+    return "1.32.0" if "1.32.0" in versions else versions[-1]
+
+
+K8S_VERSION = _k8s_version()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _yaml_docs(path: Path) -> list[Any]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def _yaml_files() -> list[Path]:
+    files = sorted(K8S.rglob("*.yaml")) + sorted(K8S.rglob("*.yml"))
+    files += sorted((ROOT / "deploy").rglob("*.yaml")) + sorted((ROOT / "deploy").rglob("*.yml"))
+    return [*files, COMPOSE]
+
+
+def _kustomization(directory: Path) -> dict[str, Any]:
+    return yaml.safe_load((directory / "kustomization.yaml").read_text())
+
+
+def _generated(kind: str, gen: dict[str, Any], directory: Path) -> dict[str, Any]:
+    data: dict[str, str] = {}
+    for literal in gen.get("literals", []):
+        key, _, value = literal.partition("=")
+        data[key] = value
+    for entry in gen.get("files", []):
+        key, sep, rel = entry.partition("=")
+        if not sep:
+            key, rel = Path(entry).name, entry
+        data[key] = (directory / rel).read_text()
+    for env_file in gen.get("envs", []):
+        for line in (directory / env_file).read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                key, _, value = line.partition("=")
+                data[key.strip()] = value
+    labels = gen.get("options", {}).get("labels", {})
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": gen["name"], "labels": dict(labels)},
+    }
+    if kind == "Secret":
+        doc["type"] = gen.get("type", "Opaque")
+        doc["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+    else:
+        doc["data"] = data
+    return doc
+
+
+def _approx_build(directory: Path) -> list[dict[str, Any]]:
+    """A small subset of `kustomize build`, enough for these manifests."""
+    kust = _kustomization(directory)
+    docs: list[dict[str, Any]] = []
+    for res in kust.get("resources", []):
+        path = (directory / res).resolve()
+        docs += _approx_build(path) if path.is_dir() else _yaml_docs(path)
+    for field, kind in (("configMapGenerator", "ConfigMap"), ("secretGenerator", "Secret")):
+        for gen in kust.get(field, []):
+            new = _generated(kind, gen, directory)
+            if gen.get("behavior") in ("merge", "replace"):
+                (old,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == gen["name"]]
+                if gen["behavior"] == "replace":
+                    old["data"] = {}
+                old["data"].update(new["data"])
+            else:
+                docs.append(new)
+    for doc in docs:
+        if "namespace" in kust and doc["kind"] != "Namespace":
+            doc["metadata"]["namespace"] = kust["namespace"]
+    for image in kust.get("images", []):
+        for container in _all_containers(docs):
+            name, _, tag = container["image"].partition(":")
+            if name == image["name"]:
+                name = image.get("newName", name)
+                tag = str(image.get("newTag", tag))
+                container["image"] = f"{name}:{tag}" if tag else name
+    for rep in kust.get("replicas", []):
+        for doc in docs:
+            if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["name"] == rep["name"]:
+                doc["spec"]["replicas"] = rep["count"]
+    return docs
+
+
+@functools.cache
+def _kubectl_render(overlay: str) -> tuple[dict[str, Any], ...]:
+    assert KUBECTL
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(OVERLAYS[overlay])],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def rendered(overlay: str) -> list[dict[str, Any]]:
+    """The overlay's manifests: kubectl's rendering if available, else the approximation."""
+    if KUBECTL:
+        return [dict(d) for d in _kubectl_render(overlay)]
+    return _approx_build(OVERLAYS[overlay])
+
+
+def _pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc.get("kind") in POD_KINDS:
+        return doc["spec"]["template"]["spec"]
+    return None
+
+
+def _all_containers(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for doc in docs:
+        spec = _pod_spec(doc)
+        if spec:
+            out += spec.get("initContainers", []) + spec["containers"]
+    return out
+
+
+def _workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] in POD_KINDS}
+
+
+def _base_name(doc: dict[str, Any]) -> str:
+    """Name without kustomize's content-hash suffix on generated objects."""
+    name = doc["metadata"]["name"]
+    if doc["kind"] in ("ConfigMap", "Secret"):
+        return re.sub(r"-[a-z0-9]{10}$", "", name)
+    return name
+
+
+def _summary(docs: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
+    out: dict[tuple[str, str], Any] = {}
+    for doc in docs:
+        key = (doc["kind"], _base_name(doc))
+        spec = _pod_spec(doc)
+        if spec is None:
+            out[key] = (doc["metadata"].get("namespace"), sorted(doc.get("data", {})))
+        else:
+            containers = [
+                (c["name"], c["image"], sorted(e["name"] for e in c.get("env", [])))
+                for c in spec["containers"]
+            ]
+            out[key] = (doc["metadata"].get("namespace"), doc["spec"].get("replicas"), containers)
+    return out
+
+
+def _validate(doc: dict[str, Any], where: str) -> None:
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        name = doc.get("metadata", {}).get("name")
+        pytest.fail(
+            f"{where}: {doc.get('kind')}/{name} is invalid for Kubernetes {K8S_VERSION}: {exc.message}"
+        )
+
+
+# ------------------------------------------------------------------- (a) YAML parses
+
+
+@pytest.mark.parametrize("path", _yaml_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_yaml_parses(path: Path) -> None:
+    assert path.exists(), path
+    docs = _yaml_docs(path)
+    assert docs, f"{path} has no YAML document"
+    assert all(isinstance(d, dict) for d in docs), f"{path}: every document must be a mapping"
+
+
+def test_expected_files_exist() -> None:
+    for rel in (
+        "k8s/base/kustomization.yaml",
+        "k8s/overlays/dev/kustomization.yaml",
+        "k8s/overlays/prod/kustomization.yaml",
+        "deploy/dev/acp-policy.yaml",
+        "deploy/dev/synapse/homeserver.yaml",
+        "docker-compose.yml",
+        "Tiltfile",
+        ".dockerignore",
+        "docs/deployment.md",
+    ):
+        assert (ROOT / rel).is_file(), rel
+
+
+# ------------------------------------------------------- (b) schema validation
+
+
+def _resource_files() -> list[Path]:
+    files = []
+    for kfile in sorted(K8S.rglob("kustomization.yaml")):
+        for res in _kustomization(kfile.parent).get("resources", []):
+            path = (kfile.parent / res).resolve()
+            if path.is_file():
+                files.append(path)
+    return files
+
+
+def test_resource_files_validate() -> None:
+    """Each resource file listed by a kustomization validates on its own."""
+    files = _resource_files()
+    assert len(files) >= 6, files
+    for path in files:
+        for doc in _yaml_docs(path):
+            _validate(doc, str(path.relative_to(ROOT)))
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_approximate_render_validates(overlay: str) -> None:
+    """The built-in rendering (used without kubectl) validates, generated objects included."""
+    docs = _approx_build(OVERLAYS[overlay])
+    assert docs
+    for doc in docs:
+        _validate(doc, f"approximate render of {overlay}")
+
+
+@pytest.mark.skipif(
+    KUBECTL is None, reason="kubectl is not on PATH: `kubectl kustomize` cannot render the overlays"
+)
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_kubectl_kustomize_renders_and_validates(overlay: str) -> None:
+    docs = _kubectl_render(overlay)
+    assert len(docs) >= 8
+    for doc in docs:
+        _validate(doc, f"kubectl kustomize {overlay}")
+    # The approximation used without kubectl must agree with kustomize on
+    # objects, namespaces, replicas, images and env names.
+    assert _summary(list(docs)) == _summary(_approx_build(OVERLAYS[overlay]))
+
+
+# ------------------------------------------------------- (c) rendered manifests
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_secret_references_use_vagent_secrets(overlay: str) -> None:
+    docs = rendered(overlay)
+    refs = 0
+    for doc in docs:
+        spec = _pod_spec(doc)
+        if not spec:
+            continue
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                assert volume["secret"]["secretName"] == SECRET_NAME
+                refs += 1
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            for env in c.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert ref["name"] == SECRET_NAME, (doc["metadata"]["name"], env["name"])
+                    assert env["name"] in SECRET_ENV, f"{env['name']} is not a secret setting"
+                    refs += 1
+                if env["name"] in SECRET_ENV:
+                    assert "value" not in env, f"{env['name']} given as a literal value"
+                    assert ref, f"{env['name']} must come from {SECRET_NAME}"
+            for src in c.get("envFrom", []):
+                if "secretRef" in src:
+                    assert src["secretRef"]["name"] == SECRET_NAME
+                    refs += 1
+    assert refs >= 3
+
+
+def test_dev_secret_has_every_required_key() -> None:
+    docs = rendered("dev")
+    secrets = [d for d in docs if d["kind"] == "Secret"]
+    assert [s["metadata"]["name"] for s in secrets] == [SECRET_NAME]
+    keys = set(secrets[0].get("data", {})) | set(secrets[0].get("stringData", {}))
+    for c in _all_containers(docs):
+        for env in c.get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref and not ref.get("optional"):
+                assert ref["key"] in keys, ref
+    # obviously fake values only
+    for key, value in secrets[0]["data"].items():
+        plain = base64.b64decode(value).decode()
+        assert "dev" in plain, f"dev secret {key} does not look like a fake dev value"
+
+
+def test_prod_contains_no_secret_data() -> None:
+    assert "secretGenerator" not in _kustomization(OVERLAYS["prod"])
+    for doc in rendered("prod"):
+        if doc["kind"] == "Secret":
+            assert not doc.get("data") and not doc.get("stringData"), doc["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_workloads_have_probes_resources_and_security(overlay: str) -> None:
+    docs = rendered(overlay)
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} >= {"vagent-graph", "vagent-bot"}
+    for doc in docs:
+        spec = _pod_spec(doc)
+        if not spec:
+            continue
+        name = doc["metadata"]["name"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        for c in spec["containers"]:
+            where = f"{overlay} {name}/{c['name']}"
+            assert c.get("readinessProbe"), f"{where}: no readinessProbe"
+            assert c.get("livenessProbe"), f"{where}: no livenessProbe"
+            limits = c.get("resources", {}).get("limits", {})
+            requests = c.get("resources", {}).get("requests", {})
+            assert {"cpu", "memory"} <= set(limits), f"{where}: cpu/memory limits missing"
+            assert {"cpu", "memory"} <= set(requests), f"{where}: cpu/memory requests missing"
+            sc = c.get("securityContext", {})
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+            if overlay == "prod":
+                assert sc.get("readOnlyRootFilesystem") is True, where
+            mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            if sc.get("readOnlyRootFilesystem"):
+                assert "/tmp" in mounts, f"{where}: read-only root without a writable /tmp"
+        if name in ("vagent-graph", "vagent-bot"):
+            probes = [c["readinessProbe"], c["livenessProbe"]]
+            assert all(p["httpGet"]["path"] == "/health" for p in probes), name
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_ports_commands_and_env_names(overlay: str) -> None:
+    docs = rendered(overlay)
+    workloads = _workloads(docs)
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    for name, doc in workloads.items():
+        if name == "vagent-redis":
+            continue
+        assert name in WORKLOADS, f"unexpected workload {name}"
+        allowed, command, port = WORKLOADS[name]
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        env_names = [e["name"] for e in container.get("env", [])]
+        assert len(env_names) == len(set(env_names)), f"{name}: duplicate env names"
+        assert set(env_names) <= allowed, f"{name}: unexpected env {sorted(set(env_names) - allowed)}"
+        assert not container.get("envFrom"), f"{name}: envFrom hides which names are set"
+        assert container.get("args") == [command] and "command" not in container, name
+        ports = [p["containerPort"] for p in container["ports"]]
+        assert ports == [port], name
+        assert [p["port"] for p in services[name]["spec"]["ports"]] == [port]
+        assert services[name]["spec"]["selector"] == doc["spec"]["selector"]["matchLabels"]
+    graph = workloads["vagent-graph"]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in graph["env"]}["HTTP_PORT"] == "8000"
+    assert graph["ports"][0]["containerPort"] == 8000
+    bot = workloads["vagent-bot"]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in bot["env"]}["BOT_HEALTH_PORT"] == "8080"
+    for name in ("vagent-graph", "vagent-bot"):
+        annotations = workloads[name]["spec"]["template"]["metadata"]["annotations"]
+        port = str(WORKLOADS[name][2])
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == port
+        assert annotations["prometheus.io/path"] == "/metrics"
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_config_map_references_resolve(overlay: str) -> None:
+    docs = rendered(overlay)
+    config_maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    for doc in docs:
+        spec = _pod_spec(doc)
+        if not spec:
+            continue
+        for volume in spec.get("volumes", []):
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in config_maps
+        for c in spec["containers"]:
+            for env in c.get("env", []):
+                ref = env.get("valueFrom", {}).get("configMapKeyRef")
+                if ref and not ref.get("optional"):
+                    assert ref["name"] in config_maps, ref
+                    assert ref["key"] in config_maps[ref["name"]], ref
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_labels_namespace_and_images(overlay: str) -> None:
+    docs = rendered(overlay)
+    for doc in docs:
+        labels = doc["metadata"].get("labels", {})
+        what = f"{doc['kind']}/{doc['metadata']['name']}"
+        assert labels.get("app.kubernetes.io/part-of") == "vagent", what
+        assert labels.get("app.kubernetes.io/name"), what
+        if doc["kind"] == "Namespace":
+            assert doc["metadata"]["name"] == NAMESPACES[overlay]
+        else:
+            assert doc["metadata"]["namespace"] == NAMESPACES[overlay], what
+        spec = _pod_spec(doc)
+        if spec:
+            assert doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vagent"
+    images = {c["image"] for c in _all_containers(docs)}
+    ours = {i for i in images if i.startswith("vagent-")}
+    if overlay == "dev":
+        assert ours == {"vagent-graph:dev", "vagent-bot:dev"}
+    else:
+        assert {i.partition(":")[0] for i in ours} == {"vagent-graph", "vagent-bot"}
+        assert all(i.partition(":")[2] not in ("", "latest", "dev") for i in ours), ours
+    assert "redis:8" in images
+
+
+def test_redis_statefulset() -> None:
+    for overlay in OVERLAYS:
+        docs = rendered(overlay)
+        sts = _workloads(docs)["vagent-redis"]
+        assert sts["kind"] == "StatefulSet"
+        (container,) = sts["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "redis:8"
+        # args only: the image entrypoint adds the bundled modules (search, JSON)
+        assert "command" not in container and container["args"][0] == "redis-server"
+        assert sts["spec"]["volumeClaimTemplates"], "redis data must be persistent"
+        (svc,) = [
+            d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == sts["spec"]["serviceName"]
+        ]
+        assert svc["spec"]["clusterIP"] == "None"
+
+
+def test_prod_replicas_and_disruption_budget() -> None:
+    docs = rendered("prod")
+    workloads = _workloads(docs)
+    assert workloads["vagent-graph"]["spec"]["replicas"] == 2
+    assert "vagent-acp" not in workloads, "the dev ACP must not be deployed in prod"
+    pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdbs
+    selector = workloads["vagent-graph"]["spec"]["selector"]["matchLabels"]
+    assert any(p["spec"]["selector"]["matchLabels"] == selector for p in pdbs)
+    # the bot's crypto store is a single ReadWriteOnce volume
+    bot = workloads["vagent-bot"]
+    assert bot["spec"]["replicas"] == 1 and bot["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_bot_crypto_store_is_persistent() -> None:
+    for overlay in OVERLAYS:
+        docs = rendered(overlay)
+        pod = _workloads(docs)["vagent-bot"]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        store = {e["name"]: e.get("value") for e in container["env"]}["MATRIX_STORE_PATH"]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == store]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        claim = volume["persistentVolumeClaim"]["claimName"]
+        assert any(d["kind"] == "PersistentVolumeClaim" and d["metadata"]["name"] == claim for d in docs)
+
+
+def test_dev_acp_serves_the_demo_policy() -> None:
+    docs = rendered("dev")
+    acp = _workloads(docs)["vagent-acp"]["spec"]["template"]["spec"]
+    (container,) = acp["containers"]
+    policy_file = {e["name"]: e.get("value") for e in container["env"]}["ACP_POLICY_FILE"]
+    (mount,) = [m for m in container["volumeMounts"] if policy_file.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in acp["volumes"] if v["name"] == mount["name"]]
+    (cm,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    served = cm["data"][Path(policy_file).name]
+    assert yaml.safe_load(served) == yaml.safe_load((ROOT / "deploy/dev/acp-policy.yaml").read_text())
+
+
+# --------------------------------------------------------------------- dev policy
+
+
+def test_dev_policies_are_equal_and_well_formed() -> None:
+    compose_policy = yaml.safe_load((ROOT / "deploy/dev/acp-policy.yaml").read_text())
+    k8s_policy = yaml.safe_load((OVERLAYS["dev"] / "acp-policy.yaml").read_text())
+    assert compose_policy == k8s_policy, (
+        "k8s/overlays/dev/acp-policy.yaml must mirror deploy/dev/acp-policy.yaml"
+    )
+    user_re = re.compile(r"^@[a-z0-9._=/-]+:[A-Za-z0-9.-]+$")
+    assert set(compose_policy) == {"domains", "superusers"}
+    assert all(user_re.match(u) for u in compose_policy["superusers"])
+    instances = set()
+    for domain, body in compose_policy["domains"].items():
+        assert set(body) == {"users", "roles"}, domain
+        for user, roles in body["users"].items():
+            assert user_re.match(user), user
+            assert set(roles) <= set(body["roles"]), f"{user} has an undefined role"
+        for role, granted in body["roles"].items():
+            assert granted, role
+            for instance in granted:
+                assert re.match(r"^(agent|tool):[a-z0-9_-]+$", instance), instance
+                instances.add(instance)
+    assert {
+        "agent:vagent",
+        "tool:database_query",
+        "tool:delete_records",
+        "tool:ask_user",
+    } <= instances
+
+
+def test_dev_synapse_config() -> None:
+    hs = yaml.safe_load((ROOT / "deploy/dev/synapse/homeserver.yaml").read_text())
+    assert hs["database"]["name"] == "sqlite3"
+    assert hs["trusted_key_servers"] == []
+    assert hs["federation_domain_whitelist"] == []
+    assert hs["registration_shared_secret"]
+    assert hs["report_stats"] is False and hs["server_name"]
+    for listener in hs["listeners"]:
+        for resource in listener["resources"]:
+            assert "federation" not in resource["names"]
+
+
+# --------------------------------------------------------------- (d) docker compose
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _compose_env(service: dict[str, Any]) -> dict[str, Any]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        return {k: (v if sep else None) for k, sep, v in (e.partition("=") for e in env)}
+    return dict(env)
+
+
+def test_compose_services_and_profiles() -> None:
+    services = _compose()["services"]
+    for name in ("redis", "graph", "bot"):
+        assert name in services and not services[name].get("profiles"), name
+    for name in ("acp", "synapse"):
+        assert services[name]["profiles"] == ["dev"], name
+    assert services["redis"]["image"] == "redis:8"
+    assert "redis-cli" in services["redis"]["healthcheck"]["test"]
+    assert any(str(v).endswith(":/data") for v in services["redis"]["volumes"])
+    assert services["graph"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert services["bot"]["depends_on"]["graph"]["condition"] == "service_healthy"
+    assert "8000:8000" in services["graph"]["ports"]
+    for name in ("graph", "bot"):
+        assert services[name]["healthcheck"]["test"], name
+    assert services["acp"]["command"] in (["vagent-acp"], "vagent-acp")
+    assert services["acp"]["image"] == services["bot"]["image"]
+    assert services["synapse"]["image"].startswith("matrixdotorg/synapse")
+
+
+def test_compose_build_dockerfiles_exist() -> None:
+    builds = 0
+    for name, service in _compose()["services"].items():
+        build = service.get("build")
+        if build is None:
+            continue
+        if isinstance(build, str):
+            build = {"context": build}
+        context = ROOT / build.get("context", ".")
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        assert dockerfile.is_file(), f"{name}: {dockerfile} missing"
+        builds += 1
+    assert builds >= 2
+
+
+@pytest.mark.parametrize(("service", "allowed"), [("graph", GRAPH_ENV), ("bot", BOT_ENV), ("acp", ACP_ENV)])
+def test_compose_env_names(service: str, allowed: set[str]) -> None:
+    env = _compose_env(_compose()["services"][service])
+    assert env
+    assert set(env) <= allowed, sorted(set(env) - allowed)
+    # every ${VAR...} substitution in a service's env reads its own name
+    for name, value in env.items():
+        for var in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", str(value or "")):
+            assert var == name, f"{service}: {name} reads ${{{var}}}"
+
+
+def test_compose_secrets_have_no_default() -> None:
+    ok = re.compile(r"^\$\{(?P<var>[A-Z_]+)(?:(?::?-)|(?::?\?[^}]*))?\}$")
+    services = _compose()["services"]
+    for sname, service in services.items():
+        for name, value in _compose_env(service).items():
+            if name not in SECRET_ENV or value is None:
+                continue
+            m = ok.match(str(value))
+            assert m and m["var"] == name, f"{sname}: secret {name} has a default or literal value: {value!r}"
+    for sname in ("graph", "bot"):
+        token = _compose_env(services[sname])["GRAPH_API_TOKEN"]
+        assert token.startswith("${GRAPH_API_TOKEN:?"), f"{sname}: GRAPH_API_TOKEN must be required"
+
+
+def test_compose_volumes_and_mounts() -> None:
+    compose = _compose()
+    services = compose["services"]
+    store = _compose_env(services["bot"])["MATRIX_STORE_PATH"]
+    named = set(compose["volumes"])
+    assert any(
+        str(v).split(":")[0] in named and str(v).split(":")[1] == store for v in services["bot"]["volumes"]
+    ), "the bot's MATRIX_STORE_PATH must be a named volume"
+    policy = _compose_env(services["acp"])["ACP_POLICY_FILE"]
+    mounts = {str(v).split(":")[1]: str(v).split(":")[0] for v in services["acp"]["volumes"]}
+    assert (ROOT / mounts[policy]).resolve() == (ROOT / "deploy/dev/acp-policy.yaml").resolve()
+    synapse_mounts = [str(v).split(":")[0] for v in services["synapse"]["volumes"]]
+    assert "./deploy/dev/synapse/homeserver.yaml" in synapse_mounts
+    for source in synapse_mounts + list(mounts.values()):
+        if source.startswith("."):
+            assert (ROOT / source).exists(), source
+
+
+# ------------------------------------------------------------------- (e) Tiltfile
+
+
+def _run_tiltfile() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    starlark = pytest.importorskip("starlark")  # starlark-pyo3 is in requirements/dev.txt
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def stub(name: str):
+        def record(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            calls.append((name, args, kwargs))
+            return {"tilt": name, "args": list(args), "kwargs": kwargs}
+
+        return record
+
+    module = starlark.Module()
+    for name in (
+        "docker_build",
+        "custom_build",
+        "k8s_yaml",
+        "kustomize",
+        "k8s_resource",
+        "sync",
+        "run",
+        "fall_back_on",
+        "restart_container",
+        "local_resource",
+        "local",
+        "allow_k8s_contexts",
+        "update_settings",
+        "watch_settings",
+        "docker_compose",
+        "dc_resource",
+    ):
+        module.add_callable(name, stub(name))
+    ast = starlark.parse("Tiltfile", TILTFILE.read_text(), starlark.Dialect.standard())
+    starlark.eval(module, ast, starlark.Globals.standard())
+    return calls
+
+
+def test_tiltfile_builds_images_and_loads_dev_overlay() -> None:
+    calls = _run_tiltfile()
+    builds = {args[0]: (args, kwargs) for name, args, kwargs in calls if name == "docker_build"}
+    assert set(builds) == {"vagent-graph", "vagent-bot"}
+    dev_docs = rendered("dev")
+    dev_images = {c["image"].partition(":")[0] for c in _all_containers(dev_docs)}
+    for ref, (args, kwargs) in builds.items():
+        assert ref in dev_images, f"{ref} is built but not used by the dev overlay"
+        context = ROOT / args[1]
+        dockerfile = context / kwargs["dockerfile"]
+        assert dockerfile.resolve() == DOCKERFILES[ref.removeprefix("vagent-")].resolve()
+        steps = kwargs["live_update"]
+        syncs = [s for s in steps if s["tilt"] == "sync"]
+        assert syncs, f"{ref}: live_update syncs nothing"
+        text = dockerfile.read_text()
+        for step in syncs:
+            local, remote = step["args"]
+            assert (ROOT / local).is_dir() or (ROOT / local).parent.is_dir(), local
+            assert local.split("/")[0] in ("shared", ref.removeprefix("vagent-")), local
+            # the image makes the synced package writable when LIVE_UPDATE=1
+            assert remote in text, f"{ref}: {remote} is not made writable in {dockerfile}"
+        assert kwargs.get("build_args", {}).get("LIVE_UPDATE") == "1"
+        assert "ARG LIVE_UPDATE" in text
+        for step in steps:
+            if step["tilt"] == "fall_back_on":
+                for path in step["args"][0]:
+                    assert (ROOT / path).exists(), path
+    kustomized = [args[0] for name, args, _ in calls if name == "kustomize"]
+    assert kustomized == ["k8s/overlays/dev"]
+    assert (ROOT / kustomized[0] / "kustomization.yaml").is_file()
+    loaded = [args[0] for name, args, _ in calls if name == "k8s_yaml"]
+    assert loaded == [{"tilt": "kustomize", "args": ["k8s/overlays/dev"], "kwargs": {}}]
+
+
+def test_tiltfile_resources_and_port_forwards() -> None:
+    calls = _run_tiltfile()
+    resources = {args[0]: kwargs for name, args, kwargs in calls if name == "k8s_resource"}
+    workloads = set(_workloads(rendered("dev")))
+    assert set(resources) <= workloads, sorted(set(resources) - workloads)
+    forwards = {name: [str(p) for p in (kw.get("port_forwards") or [])] for name, kw in resources.items()}
+    assert "8000:8000" in forwards["vagent-graph"] or "8000" in forwards["vagent-graph"]
+    assert "8080:8080" in forwards["vagent-bot"] or "8080" in forwards["vagent-bot"]
+    assert "8090:8090" in forwards["vagent-acp"] or "8090" in forwards["vagent-acp"]
+    for kw in resources.values():
+        assert set(kw.get("resource_deps", [])) <= workloads
+
+
+# ----------------------------------------------------- (f) Dockerfiles and locks
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines, current = [], ""
+    for raw in text.splitlines():
+        if raw.lstrip().startswith("#") and not current:
+            continue
+        current += raw.rstrip().removesuffix("\\") + " "
+        if not raw.rstrip().endswith("\\"):
+            if current.strip():
+                lines.append(current.strip())
+            current = ""
+    return lines
+
+
+@pytest.mark.parametrize("service", sorted(DOCKERFILES))
+def test_dockerfile(service: str) -> None:
+    text = DOCKERFILES[service].read_text()
+    lines = _logical_lines(text)
+    reqs = re.findall(r"requirements/[\w.-]+\.txt", text)
+    assert reqs == [f"requirements/{service}.txt"] * len(reqs) and reqs
+    assert (ROOT / reqs[0]).is_file()
+    install = [ln for ln in lines if f"-r requirements/{service}.txt" in ln]
+    assert install and all("--require-hashes" in ln and "--no-cache-dir" in ln for ln in install)
+    assert any(re.search(rf"pip install .*--no-deps \./shared \./{service}\b", ln) for ln in lines)
+    froms = [ln for ln in lines if ln.startswith("FROM ")]
+    assert len(froms) >= 2, "multi-stage build expected"
+    assert "python:3.11-slim" in text
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert any(ln.startswith("HEALTHCHECK ") and "urllib" in ln and "/health" in ln for ln in lines)
+    port = {"graph": "8000", "bot": "8080"}[service]
+    assert any(ln.startswith("EXPOSE ") and port in ln.split() for ln in lines)
+    (cmd,) = [ln for ln in lines if ln.startswith("CMD ")]
+    assert cmd == f'CMD ["vagent-{service}"]'
+    # every COPY source exists in the build context (the repository root)
+    for ln in lines:
+        if ln.startswith("COPY ") and "--from=" not in ln:
+            for src in shlex.split(ln)[1:-1]:
+                if not src.startswith("--"):
+                    assert (ROOT / src).exists(), src
+    # The console commands the images run are declared by the distribution.
+    # The bot distribution is still a stub without [project.scripts]; from the
+    # moment it declares scripts it must provide vagent-bot and vagent-acp
+    # (used by docker-compose.yml and k8s/overlays/dev).
+    project = tomllib.loads((ROOT / service / "pyproject.toml").read_text())["project"]
+    scripts = project.get("scripts")
+    if service == "graph" or scripts is not None:
+        assert f"vagent-{service}" in (scripts or {}), f"{service}/pyproject.toml lacks vagent-{service}"
+    if service == "bot" and scripts is not None:
+        assert "vagent-acp" in scripts, "bot/pyproject.toml lacks the vagent-acp console script"
+
+
+def test_dockerignore_excludes_local_state() -> None:
+    patterns = {
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    }
+    assert {".venv", ".data", ".git", "tests", "bench"} <= patterns
+    assert not {"requirements", "shared", "graph", "bot"} & patterns
+
+
+@pytest.mark.parametrize("service", sorted(DOCKERFILES))
+def test_requirements_inputs(service: str) -> None:
+    lines = [ln.strip() for ln in (ROOT / "requirements" / f"{service}.in").read_text().splitlines()]
+    assert [ln for ln in lines if ln and not ln.startswith("#")] == [
+        "-e ./shared",
+        f"-e ./{service}",
+    ]
+
+
+@pytest.mark.parametrize("lock", sorted((ROOT / "requirements").glob("*.txt")), ids=lambda p: p.name)
+def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
+    text = lock.read_text()
+    assert "://" not in text, f"{lock.name} contains a URL"
+    requirements = 0
+    for line in _logical_lines(text):
+        if line.startswith("#"):
+            continue
+        assert not line.startswith(("-i ", "--index-url", "--extra-index-url", "-f ", "--find-links")), line
+        if line.startswith("-e ") or line.startswith("-"):
+            continue
+        requirements += 1
+        name = line.split()[0]
+        assert re.match(r"^[A-Za-z0-9._\[\],-]+==[^=\s]+$", name.split(";")[0]), (
+            f"{lock.name}: not pinned: {name}"
+        )
+        assert "--hash=sha256:" in line, f"{lock.name}: no hash for {name}"
+    assert requirements > 10
+    if lock.stem in ("graph", "bot"):
+        assert not re.search(r"^vagent-", text, re.M), "our own packages must not be in the lock"
+
+
+# ------------------------------------------------------------------------- docs
+
+
+def test_deployment_doc_lists_every_setting() -> None:
+    doc = (ROOT / "docs" / "deployment.md").read_text()
+    for name in sorted(GRAPH_ENV | BOT_ENV | ACP_ENV):
+        assert f"`{name}`" in doc, f"docs/deployment.md does not mention {name}"
+    for text in ("--profile dev", "k8s/overlays/dev", "k8s/overlays/prod", "tilt up", SECRET_NAME):
+        assert text in doc, text

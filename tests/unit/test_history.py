@@ -1,0 +1,74 @@
+"""Cost stays flat: what is sent to the LLM and what is stored are both bounded."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+
+from vagent_graph.history import (
+    CANCELLED_TOOL_RESULT,
+    removals_to_bound,
+    repair_tool_pairs,
+    window_for_llm,
+)
+
+
+def turns(n: int, words: int = 50) -> list[AnyMessage]:
+    out: list[AnyMessage] = []
+    for i in range(n):
+        out.append(HumanMessage(content=f"question {i} " + "w " * words, id=f"h{i}"))
+        out.append(
+            AIMessage(
+                content="",
+                id=f"a{i}",
+                tool_calls=[{"name": "database_query", "args": {"sql": "select 1"}, "id": f"c{i}"}],
+            )
+        )
+        out.append(ToolMessage(content="1", tool_call_id=f"c{i}", id=f"t{i}"))
+        out.append(AIMessage(content=f"answer {i} " + "w " * words, id=f"f{i}"))
+    return out
+
+
+def test_llm_window_fits_budget_and_starts_with_a_human_turn() -> None:
+    msgs = turns(100)
+    window = window_for_llm(msgs, max_tokens=500)
+    assert isinstance(window[0], HumanMessage)
+    assert window[-1].id == "f99"
+    assert len(window) < 40
+    # every tool result in the window still has its call
+    calls = {tc["id"] for m in window if isinstance(m, AIMessage) for tc in m.tool_calls}
+    assert all(m.tool_call_id in calls for m in window if isinstance(m, ToolMessage))
+
+
+def test_newest_turn_is_kept_even_when_over_budget() -> None:
+    msgs = turns(3, words=5000)
+    assert window_for_llm(msgs, max_tokens=10)[0].id == "h2"
+
+
+def test_dangling_tool_calls_are_answered_as_cancelled() -> None:
+    msgs: list[AnyMessage] = [
+        HumanMessage(content="delete", id="h"),
+        AIMessage(
+            content="",
+            id="a",
+            tool_calls=[
+                {"name": "delete_records", "args": {}, "id": "c1"},
+                {"name": "database_query", "args": {}, "id": "c2"},
+            ],
+        ),
+        ToolMessage(content="done", tool_call_id="c2", id="t2"),
+        HumanMessage(content="next", id="h2"),
+        ToolMessage(content="orphan", tool_call_id="zzz", id="t9"),
+    ]
+    fixed = repair_tool_pairs(msgs)
+    results = {m.tool_call_id: m.content for m in fixed if isinstance(m, ToolMessage)}
+    assert results == {"c1": CANCELLED_TOOL_RESULT, "c2": "done"}
+    assert fixed[-1].id == "h2"
+
+
+def test_stored_history_is_cut_at_a_human_message() -> None:
+    msgs = turns(30)
+    removals = removals_to_bound(msgs, max_messages=40)
+    kept = [m for m in msgs if m.id not in {r.id for r in removals}]
+    assert len(kept) <= 40
+    assert isinstance(kept[0], HumanMessage)
+    assert removals_to_bound(msgs[:8], max_messages=40) == []
