@@ -18,7 +18,7 @@ run: venv  ## run the product locally: Redis + graph (offline model unless an LL
 test: venv lint typecheck pytest  ## set up everything and run the whole suite
 
 lint: venv  ## ruff
-	$(BIN)/ruff check shared graph bot tests bench scripts
+	$(BIN)/ruff check shared graph bot tests scripts $(wildcard bench)
 
 typecheck: venv  ## mypy (strict) on the three packages
 	$(BIN)/mypy

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from redis_local import RedisServer  # noqa: E402
 
-DATA = ROOT / ".data"
+DATA = Path(os.environ.get("VAGENT_DATA_DIR", ROOT / ".data"))
 DEV_TOKEN = "dev-token-change-me"  # noqa: S105 - local development default, printed on start
 
 
@@ -50,7 +50,7 @@ def main() -> int:
             print(f"run: reusing the Redis already on port {redis.port}")
         else:
             redis.start()
-            print(f"run: Redis 8 (search + JSON) on 127.0.0.1:{redis.port}, data in .data/redis")
+            print(f"run: Redis 8 (search + JSON) on 127.0.0.1:{redis.port}, data in {DATA / 'redis'}")
         env["REDIS_URL"] = redis.url
     env.setdefault("GRAPH_API_TOKEN", DEV_TOKEN)
     env.setdefault("RECORDS_DB_PATH", str(DATA / "records.db"))

@@ -26,6 +26,7 @@ from typing import Any
 import kubernetes_validate
 import kubernetes_validate.utils
 import pytest
+import starlark  # starlark-pyo3, from requirements/dev.txt
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -671,7 +672,6 @@ def test_compose_volumes_and_mounts() -> None:
 
 
 def _run_tiltfile() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
-    starlark = pytest.importorskip("starlark")  # starlark-pyo3 is in requirements/dev.txt
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def stub(name: str):
