@@ -24,11 +24,11 @@ DATA = Path(os.environ.get("VAGENT_DATA_DIR", ROOT / ".data"))
 DEV_TOKEN = "dev-token-change-me"  # noqa: S105 - local development default, printed on start
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], name: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"run: {proc.args[0]} exited with {proc.returncode}")
+            raise SystemExit(f"run: {name} exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 - loopback only
                 if r.status == 200:
@@ -60,7 +60,7 @@ def main() -> int:
     try:
         graph = subprocess.Popen([str(bin_dir / "vagent-graph")], env=env)
         procs.append(graph)
-        wait_http(f"http://127.0.0.1:{port}/health", graph)
+        wait_http(f"http://127.0.0.1:{port}/health", graph, "vagent-graph")
         llm = env.get("OPENAI_BASE_URL") or ("OpenAI" if env.get("OPENAI_API_KEY") else None)
         token_note = (
             "(the development default)" if env["GRAPH_API_TOKEN"] == DEV_TOKEN else "(from GRAPH_API_TOKEN)"

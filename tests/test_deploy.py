@@ -20,8 +20,9 @@ import shlex
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kubernetes_validate
 import kubernetes_validate.utils
@@ -104,7 +105,7 @@ def _yaml_files() -> list[Path]:
 
 
 def _kustomization(directory: Path) -> dict[str, Any]:
-    return yaml.safe_load((directory / "kustomization.yaml").read_text())
+    return cast(dict[str, Any], yaml.safe_load((directory / "kustomization.yaml").read_text()))
 
 
 def _generated(kind: str, gen: dict[str, Any], directory: Path) -> dict[str, Any]:
@@ -192,7 +193,7 @@ def rendered(overlay: str) -> list[dict[str, Any]]:
 
 def _pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
     if doc.get("kind") in POD_KINDS:
-        return doc["spec"]["template"]["spec"]
+        return cast(dict[str, Any], doc["spec"]["template"]["spec"])
     return None
 
 
@@ -213,8 +214,8 @@ def _base_name(doc: dict[str, Any]) -> str:
     """Name without kustomize's content-hash suffix on generated objects."""
     name = doc["metadata"]["name"]
     if doc["kind"] in ("ConfigMap", "Secret"):
-        return re.sub(r"-[a-z0-9]{10}$", "", name)
-    return name
+        return re.sub(r"-[a-z0-9]{10}$", "", str(name))
+    return str(name)
 
 
 def _summary(docs: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
@@ -428,9 +429,9 @@ def test_ports_commands_and_env_names(overlay: str) -> None:
     assert {e["name"]: e.get("value") for e in bot["env"]}["BOT_HEALTH_PORT"] == "8080"
     for name in ("vagent-graph", "vagent-bot"):
         annotations = workloads[name]["spec"]["template"]["metadata"]["annotations"]
-        port = str(WORKLOADS[name][2])
+        scrape_port = str(WORKLOADS[name][2])
         assert annotations["prometheus.io/scrape"] == "true"
-        assert annotations["prometheus.io/port"] == port
+        assert annotations["prometheus.io/port"] == scrape_port
         assert annotations["prometheus.io/path"] == "/metrics"
 
 
@@ -581,7 +582,7 @@ def test_dev_synapse_config() -> None:
 
 
 def _compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text())
+    return cast(dict[str, Any], yaml.safe_load(COMPOSE.read_text()))
 
 
 def _compose_env(service: dict[str, Any]) -> dict[str, Any]:
@@ -674,7 +675,7 @@ def test_compose_volumes_and_mounts() -> None:
 def _run_tiltfile() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
-    def stub(name: str):
+    def stub(name: str) -> Callable[..., Any]:
         def record(*args: Any, **kwargs: Any) -> dict[str, Any]:
             calls.append((name, args, kwargs))
             return {"tilt": name, "args": list(args), "kwargs": kwargs}

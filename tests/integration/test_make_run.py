@@ -38,11 +38,21 @@ def test_readme_documents_every_graph_setting() -> None:
 
 def test_make_run_and_the_readme_curl_conversation(tmp_path: Path) -> None:
     http_port, redis_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL", "GRAPH_API_TOKEN"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL", "GRAPH_API_TOKEN"}
+    }
     env.update(HTTP_PORT=str(http_port), REDIS_PORT=str(redis_port), VAGENT_DATA_DIR=str(tmp_path))
-    proc = subprocess.Popen(["make", "-s", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "-s", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out = ""
         deadline = time.monotonic() + 120
@@ -54,9 +64,16 @@ def test_make_run_and_the_readme_curl_conversation(tmp_path: Path) -> None:
         assert httpx.get(f"http://127.0.0.1:{http_port}/health").json()["status"] == "healthy"
 
         first, second = curl_blocks()
-        run = lambda cmd: subprocess.run(  # noqa: E731
-            ["bash", "-c", cmd.replace("localhost:8000", f"127.0.0.1:{http_port}")],
-            capture_output=True, text=True, timeout=60, check=True).stdout
+
+        def run(cmd: str) -> str:
+            return subprocess.run(
+                ["bash", "-c", cmd.replace("localhost:8000", f"127.0.0.1:{http_port}")],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+
         asked = run(first)
         assert "event: hitl_request" in asked and asked.rstrip().endswith("data: {}")
         match = re.search(r"Delete (\d+) records older than 2020-01-01\?", asked)
@@ -66,7 +83,7 @@ def test_make_run_and_the_readme_curl_conversation(tmp_path: Path) -> None:
         assert f"Deleted {match.group(1)} records older than 2020-01-01." in answered
         assert answered.rstrip().endswith("event: done\ndata: {}") or "event: done" in answered
     finally:
-        os.killpg(proc.pid, signal.SIGINT)   # Ctrl-C
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:

@@ -261,3 +261,50 @@ async def test_stored_history_stays_bounded(
     sent = llm_server.requests[-1]["messages"]
     assert len(sent) < 8 and "question 0 " not in str(sent)
     await redis.aclose()
+
+
+async def test_a_new_tool_needs_no_workflow_change(
+    redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    from pydantic import BaseModel
+
+    from vagent_graph.tools import Tool, ToolContext
+
+    class EchoArgs(BaseModel):
+        text: str
+
+    async def echo(args: EchoArgs, ctx: ToolContext, _: str | None) -> str:
+        return f"echo for {ctx.ac.user_id}: {args.text}"
+
+    registry = default_registry()
+    registry.register(
+        Tool(
+            name="echo",
+            description="Echo text back.",
+            args_model=EchoArgs,
+            run=echo,
+            requires_confirmation=True,
+        )
+    )
+    agent = load_descriptor()
+    agent = agent.model_copy(update={"tools": [*agent.tools, "echo"]})
+    redis = Redis.from_url(redis_url)
+    saver = AsyncShallowRedisSaver(redis_client=redis)
+    await saver.asetup()
+    llm = ChatOpenAI(
+        model="test-model",
+        base_url=llm_server.base_url,
+        api_key="k",  # type: ignore[arg-type]
+        streaming=True,
+        max_retries=0,
+    )
+    h = Harness(build_graph(Deps(registry, agent, llm, "m", tmp_path / "r.db"), saver), tmp_path / "r.db")
+    sid = new_session().format()
+    llm_server.push_tool_calls([("echo", {"text": "hi"})])
+    q = question(await h.say(sid, "echo hi", ac(instances=["tool:echo"])))
+    assert q.question.startswith("Run echo with") and q.options == ["yes", "no"]
+    assert llm_server.offered_tool_names(0) == ["echo"]
+    llm_server.push_text("Echoed.")
+    assert final(await h.answer(sid, "yes")) == "Echoed."
+    assert tool_results(llm_server.requests[-1]) == ["echo for @alice:localhost: hi"]
+    await redis.aclose()

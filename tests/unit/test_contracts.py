@@ -155,6 +155,7 @@ def test_sse_events_round_trip_by_name() -> None:
     ev = HitlRequest(question="Delete?", options=["yes", "no"], timeout_seconds=60, interrupt_id="abc")
     assert parse_sse_event(ev.EVENT, ev.sse_data()) == ev
     assert parse_sse_event("done", "{}") == Done()
-    assert parse_sse_event("text_chunk", TextChunk(content="a", chunk_index=0).sse_data()).content == "a"
+    chunk = TextChunk(content="a", chunk_index=0)
+    assert parse_sse_event("text_chunk", chunk.sse_data()) == chunk
     with pytest.raises(ValueError):
         parse_sse_event("nonsense", "{}")

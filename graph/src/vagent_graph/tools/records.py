@@ -73,6 +73,7 @@ def _readonly(path: Path) -> sqlite3.Connection:
         raise FileNotFoundError("the records database does not exist")
     conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=5)
     conn.execute("PRAGMA query_only = ON")
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # no ATTACH of other (writable) files
     return conn
 
 
