@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,11 @@ from langgraph.types import Command
 from redis.asyncio import Redis
 
 from tests.support.factories import ac, new_session
-from tests.support.llm_server import ScriptedLLMServer
-from vagent_graph.agent import load_descriptor
+from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallResponse
+from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.runner import stream_run
-from vagent_graph.tools import default_registry
+from vagent_graph.tools import ToolRegistry, default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
 from vagent_shared import AcContext
@@ -27,24 +28,49 @@ from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
 
 
 class Harness:
-    def __init__(self, graph: Any, db: Path) -> None:
-        self.graph, self.db = graph, db
+    """The compiled workflow on the real Redis checkpointer and the scripted LLM."""
+
+    def __init__(self, graph: Any, db: Path, redis: Redis) -> None:
+        self.graph, self.db, self.redis = graph, db, redis
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        redis_url: str,
+        llm_url: str,
+        db: Path,
+        registry: ToolRegistry | None = None,
+        agent: AgentDescriptor | None = None,
+    ) -> AsyncIterator[Harness]:
+        ensure_records_db(db)
+        redis = Redis.from_url(redis_url)
+        saver = AsyncShallowRedisSaver(redis_client=redis, ttl={"default_ttl": 60, "refresh_on_read": True})
+        await saver.asetup()
+        llm = ChatOpenAI(
+            model="test-model",
+            base_url=llm_url,
+            api_key="k",  # type: ignore[arg-type]
+            streaming=True,
+            stream_usage=True,
+            max_retries=0,
+        )
+        deps = Deps(registry or default_registry(), agent or load_descriptor(), llm, "test-model", db)
+        try:
+            yield cls(build_graph(deps, saver), db, redis)
+        finally:
+            await redis.aclose()
+
+    async def _run(self, sid: str, graph_input: Any) -> list[SSEEvent]:
+        return [
+            e async for e in stream_run(self.graph, graph_input, {"configurable": {"thread_id": sid}}, 30)
+        ]
 
     async def say(self, sid: str, text: str, user_ac: AcContext) -> list[SSEEvent]:
-        return [
-            e
-            async for e in stream_run(
-                self.graph, new_turn_input(text, user_ac), {"configurable": {"thread_id": sid}}, 30
-            )
-        ]
+        return await self._run(sid, new_turn_input(text, user_ac))
 
     async def answer(self, sid: str, text: Any, update: dict[str, Any] | None = None) -> list[SSEEvent]:
-        return [
-            e
-            async for e in stream_run(
-                self.graph, Command(resume=text, update=update), {"configurable": {"thread_id": sid}}, 30
-            )
-        ]
+        return await self._run(sid, Command(resume=text, update=update))
 
     def count(self, where: str = "1=1") -> int:
         with sqlite3.connect(self.db) as c:
@@ -53,22 +79,8 @@ class Harness:
 
 @pytest.fixture
 async def wf(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Harness]:
-    db = tmp_path / "records.db"
-    ensure_records_db(db)
-    redis = Redis.from_url(redis_url)
-    saver = AsyncShallowRedisSaver(redis_client=redis, ttl={"default_ttl": 60, "refresh_on_read": True})
-    await saver.asetup()
-    llm = ChatOpenAI(
-        model="test-model",
-        base_url=llm_server.base_url,
-        api_key="k",  # type: ignore[arg-type]
-        streaming=True,
-        stream_usage=True,
-        max_retries=0,
-    )
-    deps = Deps(default_registry(), load_descriptor(), llm, "test-model", db)
-    yield Harness(build_graph(deps, saver), db)
-    await redis.aclose()
+    async with Harness.open(redis_url, llm_server.base_url, tmp_path / "records.db") as h:
+        yield h
 
 
 def final(events: list[SSEEvent]) -> str:
@@ -211,11 +223,7 @@ async def test_stale_question_is_closed_and_no_dangling_call_reaches_the_llm(
 
 
 async def test_max_turns_bounds_a_tool_loop(wf: Harness, llm_server: ScriptedLLMServer) -> None:
-    llm_server.set_default(
-        lambda req: __import__("tests.support.llm_server", fromlist=["x"]).ToolCallResponse(
-            [("database_query", {"sql": "select 1"})]
-        )
-    )
+    llm_server.set_default(lambda req: ToolCallResponse([("database_query", {"sql": "select 1"})]))
     events = await wf.say(new_session().format(), "loop forever", ac())
     assert "stopped after 8 steps" in final(events)
     assert len(llm_server.requests) == 8
@@ -232,27 +240,17 @@ async def test_llm_failure_is_a_short_error_event(wf: Harness, llm_server: Scrip
 async def test_stored_history_stays_bounded(
     redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path
 ) -> None:
-    db = tmp_path / "records.db"
-    ensure_records_db(db)
-    redis = Redis.from_url(redis_url)
-    saver = AsyncShallowRedisSaver(redis_client=redis)
-    await saver.asetup()
     agent = load_descriptor()
     agent = agent.model_copy(
         update={"history": agent.history.model_copy(update={"max_messages": 6, "max_context_tokens": 300})}
     )
-    llm = ChatOpenAI(
-        model="test-model",
-        base_url=llm_server.base_url,
-        api_key="k",  # type: ignore[arg-type]
-        streaming=True,
-        max_retries=0,
-    )
-    h = Harness(build_graph(Deps(default_registry(), agent, llm, "m", db), saver), db)
+    async with Harness.open(redis_url, llm_server.base_url, tmp_path / "r.db", agent=agent) as h:
+        await _chat_15_turns(h, llm_server)
+
+
+async def _chat_15_turns(h: Harness, llm_server: ScriptedLLMServer) -> None:
     sid = new_session().format()
-    llm_server.set_default(
-        lambda req: __import__("tests.support.llm_server", fromlist=["x"]).TextResponse("answer " * 40)
-    )
+    llm_server.set_default(lambda req: TextResponse("answer " * 40))
     for i in range(15):
         await h.say(sid, f"question {i} " + "padding " * 40, ac())
     state = await h.graph.aget_state({"configurable": {"thread_id": sid}})
@@ -260,7 +258,6 @@ async def test_stored_history_stays_bounded(
     assert "question 14" in str(state.values["messages"])
     sent = llm_server.requests[-1]["messages"]
     assert len(sent) < 8 and "question 0 " not in str(sent)
-    await redis.aclose()
 
 
 async def test_a_new_tool_needs_no_workflow_change(
@@ -288,17 +285,11 @@ async def test_a_new_tool_needs_no_workflow_change(
     )
     agent = load_descriptor()
     agent = agent.model_copy(update={"tools": [*agent.tools, "echo"]})
-    redis = Redis.from_url(redis_url)
-    saver = AsyncShallowRedisSaver(redis_client=redis)
-    await saver.asetup()
-    llm = ChatOpenAI(
-        model="test-model",
-        base_url=llm_server.base_url,
-        api_key="k",  # type: ignore[arg-type]
-        streaming=True,
-        max_retries=0,
-    )
-    h = Harness(build_graph(Deps(registry, agent, llm, "m", tmp_path / "r.db"), saver), tmp_path / "r.db")
+    async with Harness.open(redis_url, llm_server.base_url, tmp_path / "r.db", registry, agent) as h:
+        await _confirm_echo(h, llm_server)
+
+
+async def _confirm_echo(h: Harness, llm_server: ScriptedLLMServer) -> None:
     sid = new_session().format()
     llm_server.push_tool_calls([("echo", {"text": "hi"})])
     q = question(await h.say(sid, "echo hi", ac(instances=["tool:echo"])))
@@ -307,4 +298,3 @@ async def test_a_new_tool_needs_no_workflow_change(
     llm_server.push_text("Echoed.")
     assert final(await h.answer(sid, "yes")) == "Echoed."
     assert tool_results(llm_server.requests[-1]) == ["echo for @alice:localhost: hi"]
-    await redis.aclose()

@@ -126,6 +126,37 @@ async def _too_large(send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+@asynccontextmanager
+async def open_runtime(
+    settings: GraphSettings,
+    agent: AgentDescriptor,
+    registry: ToolRegistry,
+    chat_model: BaseChatModel,
+    label: str,
+) -> AsyncIterator[Runtime]:
+    """Redis, the checkpointer and the compiled graph, exactly as the service runs them."""
+    ensure_records_db(settings.RECORDS_DB_PATH)
+    redis = Redis.from_url(
+        settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+    )
+    try:
+        saver = AsyncShallowRedisSaver(
+            redis_client=redis,
+            ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
+        )
+        await saver.asetup()
+        deps = Deps(
+            registry=registry,
+            agent=agent,
+            llm=chat_model,
+            model_label=label,
+            records_db=settings.RECORDS_DB_PATH,
+        )
+        yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic())
+    finally:
+        await redis.aclose()
+
+
 def create_app(
     settings: GraphSettings | None = None,
     *,
@@ -147,35 +178,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ensure_records_db(settings.RECORDS_DB_PATH)
-        redis = Redis.from_url(
-            settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
-        )
-        saver = AsyncShallowRedisSaver(
-            redis_client=redis,
-            ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
-        )
-        await saver.asetup()
-        deps = Deps(
-            registry=registry,
-            agent=agent,
-            llm=chat_model,
-            model_label=label,
-            records_db=settings.RECORDS_DB_PATH,
-        )
-        app.state.rt = Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic())
-        log.info(
-            "graph_started",
-            agent=agent.id,
-            model=label,
-            tools=registry.names(),
-            port=settings.HTTP_PORT,
-            insecure_dev=not token,
-        )
-        try:
+        async with open_runtime(settings, agent, registry, chat_model, label) as runtime:
+            app.state.rt = runtime
+            log.info(
+                "graph_started",
+                agent=agent.id,
+                model=label,
+                tools=registry.names(),
+                port=settings.HTTP_PORT,
+                insecure_dev=not token,
+            )
             yield
-        finally:
-            await redis.aclose()
 
     app = FastAPI(
         title="vagent graph service",
