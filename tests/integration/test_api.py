@@ -299,7 +299,7 @@ async def test_no_secret_reaches_redis_the_logs_or_the_llm(
         async for key in redis.scan_iter(count=1000):
             kind = await redis.type(key)
             if kind == "ReJSON-RL":
-                value = str(await redis.execute_command("JSON.GET", key))
+                value = str(await redis.execute_command("JSON.GET", key))  # type: ignore[no-untyped-call]
             elif kind == "string":
                 value = str(await redis.get(key))
             elif kind == "hash":
