@@ -1,6 +1,7 @@
-"""Session-wide real parts: a Redis 8 with search + JSON and a scripted OpenAI-compatible LLM.
+"""Session-wide real parts: a Redis 8 with search + JSON, a scripted OpenAI-compatible LLM and a
+local Synapse homeserver.
 
-Both bind 127.0.0.1 on free ports (never 6379/8000/8008).
+All bind 127.0.0.1 on free ports (never 6379/8000/8008).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT))
 
 from redis_local import RedisServer, free_port  # noqa: E402
+from synapse_local import SynapseServer  # noqa: E402
 from tests.support.llm_server import ScriptedLLMServer  # noqa: E402
 
 
@@ -43,3 +45,11 @@ def llm_server(_llm_session: ScriptedLLMServer) -> Iterator[ScriptedLLMServer]:
     _llm_session.clear()
     yield _llm_session
     _llm_session.clear()
+
+
+@pytest.fixture(scope="session")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]:
+    """One Synapse for the session (sqlite, rate limits off); tests register unique users."""
+    server = SynapseServer(free_port(), tmp_path_factory.mktemp("synapse"), for_tests=True).start()
+    yield server
+    server.stop()

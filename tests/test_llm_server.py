@@ -167,12 +167,8 @@ def test_stream_wire_format(server: ScriptedLLMServer) -> None:
     assert all(e["object"] == "chat.completion.chunk" and e["model"] == "wire" for e in events)
     assert len({e["id"] for e in events}) == 1
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    calls = [
-        d for e in events if e["choices"] for d in e["choices"][0]["delta"].get("tool_calls", [])
-    ]
-    assert (
-        calls[0]["id"] and calls[0]["type"] == "function" and calls[0]["function"]["name"] == "add"
-    )
+    calls = [d for e in events if e["choices"] for d in e["choices"][0]["delta"].get("tool_calls", [])]
+    assert calls[0]["id"] and calls[0]["type"] == "function" and calls[0]["function"]["name"] == "add"
     assert all("id" not in c and "name" not in c["function"] and c["index"] == 0 for c in calls[1:])
     assert len(calls) >= 3  # header + at least two argument pieces
     assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {

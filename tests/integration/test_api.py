@@ -183,9 +183,8 @@ async def test_client_disconnect_cancels_the_run_and_the_llm_request(
     client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
 ) -> None:
     llm_server.push_text("word " * 200, delay=0.05)
-    async with client.stream(
-        "POST", PM, json=message_body(new_session(), "long"), headers=graph.headers
-    ) as r:
+    sid = new_session()
+    async with client.stream("POST", PM, json=message_body(sid, "long"), headers=graph.headers) as r:
         seen = 0
         async for line in r.aiter_lines():
             seen += line.startswith("event: text_chunk")
@@ -194,6 +193,10 @@ async def test_client_disconnect_cancels_the_run_and_the_llm_request(
     await asyncio.to_thread(llm_server.wait_for_streams, disconnected=1, timeout=5)
     assert llm_server.disconnected_streams == 1
     assert llm_server.completed_streams == 0
+    # the session is free again at once: no stale lock, no run still going
+    llm_server.push_text("Next answer.")
+    events = await post_sse(client, PM, message_body(sid, "next"), graph.headers)
+    assert events[-2] == TextFinal(content="Next answer.", is_final=True)
 
 
 async def test_reset_forgets_the_conversation(

@@ -117,7 +117,7 @@ async def test_no_tools_at_all_sends_no_tool_list(wf: Harness, llm_server: Scrip
 
 
 async def test_a_tool_the_llm_invents_or_was_not_offered_never_runs(
-    wf: Harness, llm_server: ScriptedLLMServer, caplog: pytest.LogCaptureFixture
+    wf: Harness, llm_server: ScriptedLLMServer
 ) -> None:
     sid = new_session().format()
     before = wf.count()

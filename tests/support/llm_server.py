@@ -227,9 +227,7 @@ class ScriptedLLMServer:
         costs well under a millisecond; pass ``True`` to measure with pooling.
         """
         self._models = list(models)
-        self._conn_headers: list[tuple[bytes, bytes]] = (
-            [] if keep_alive else [(b"connection", b"close")]
-        )
+        self._conn_headers: list[tuple[bytes, bytes]] = [] if keep_alive else [(b"connection", b"close")]
         self._graceful_timeout = graceful_shutdown_timeout
         self._lock = threading.Lock()
         self._counted = threading.Condition(self._lock)  # notified on every stream end
@@ -483,10 +481,7 @@ class ScriptedLLMServer:
         if method == "POST" and path == "/chat/completions":
             await self._chat(receive, send)
         elif method == "GET" and path == "/models":
-            data = [
-                {"id": m, "object": "model", "created": 0, "owned_by": "scripted"}
-                for m in self._models
-            ]
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self._models]
             await self._json(send, 200, {"object": "list", "data": data})
         elif method == "GET" and path.startswith("/models/"):
             model = path[len("/models/") :]

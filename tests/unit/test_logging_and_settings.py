@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 
 import pytest
 import structlog
@@ -13,7 +14,20 @@ from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
 
 
-def test_secrets_are_scrubbed_from_json_logs(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """configure_logging changes process-wide state; later tests must not write to a closed capture."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+def test_secrets_are_scrubbed_from_json_logs(
+    capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
     configure_logging("INFO", service="test")
     log = structlog.get_logger("t")
     log.info(

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import structlog
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -274,20 +276,25 @@ def create_app(
             log.debug("lock_release_failed", error_type=type(exc).__name__)
 
     def sse(
-        endpoint: str, session_id: str, lock: Lock, events: Callable[[], AsyncIterator[SSEEvent]]
+        endpoint: str, session_id: str, lock: Lock, events: Callable[[], AsyncGenerator[SSEEvent, None]]
     ) -> EventSourceResponse:
         async def gen() -> AsyncIterator[ServerSentEvent]:
             start, first = time.perf_counter(), True
+            stream = events()
             with structlog.contextvars.bound_contextvars(session_id=session_id):
                 try:
-                    async for ev in events():
+                    async for ev in stream:
                         if first:
                             metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
                             first = False
                         yield ServerSentEvent(event=ev.EVENT, data=ev.sse_data())
                     yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
                 finally:
-                    await release(lock)
+                    # A disconnect cancels this generator: the run must be stopped and the
+                    # session unlocked even so, hence the shield (anyio re-cancels every await).
+                    with anyio.CancelScope(shield=True):
+                        await stream.aclose()
+                        await release(lock)
                     metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
                     log.info(
                         "stream_closed", endpoint=endpoint, seconds=round(time.perf_counter() - start, 4)
@@ -337,7 +344,7 @@ def create_app(
         log.info("process_message", user_id=body.user_id, chars=len(body.message))
         lock = await acquire(r, body.session_id)
 
-        async def events() -> AsyncIterator[SSEEvent]:
+        async def events() -> AsyncGenerator[SSEEvent, None]:
             try:
                 await close_stale_question(r, body.session_id)
             except Exception:
@@ -347,13 +354,15 @@ def create_app(
                     message="Something went wrong while answering. Please try again.",
                 )
                 return
-            async for ev in stream_run(
+            run = stream_run(
                 r.graph,
                 new_turn_input(body.message, body.ac_context),
                 _config(body.session_id),
                 r.settings.RUN_TIMEOUT_SECONDS,
-            ):
-                yield ev
+            )
+            async with contextlib.aclosing(run):
+                async for ev in run:
+                    yield ev
 
         return sse("process_message", body.session_id, lock, events)
 
@@ -398,7 +407,7 @@ def create_app(
         command: Command[Any] = Command(resume=body.response, update=update)
         cfg = _config(body.session_id)
 
-        def events() -> AsyncIterator[SSEEvent]:
+        def events() -> AsyncGenerator[SSEEvent, None]:
             return stream_run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS)
 
         accept = request.headers.get("accept", "")

@@ -8,7 +8,7 @@ the upstream LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +130,7 @@ def error_event_for(exc: BaseException) -> ErrorEvent:
 
 async def stream_run(
     graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
-) -> AsyncIterator[SSEEvent]:
+) -> AsyncGenerator[SSEEvent, None]:
     """Every event of one run, then the question or the final text (not `done`)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
     mapper = EventMapper()

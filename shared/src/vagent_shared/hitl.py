@@ -7,6 +7,8 @@ reaction emoji (✅ 👍 / ❌ 👎).
 
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
+
 YES, NO = "yes", "no"
 YES_NO: tuple[str, str] = (YES, NO)
 _YES_FORMS = {"yes", "y", "✅", "👍", "👍️", "✔", "✔️"}
@@ -48,3 +50,19 @@ def format_question(question: str, options: list[str] | tuple[str, ...]) -> str:
     """How a question is shown to the human: `❓ Delete 3 records? (yes/no)`."""
     suffix = f" ({'/'.join(options)})" if options else ""
     return f"❓ {question}{suffix}"
+
+
+class PendingQuestion(BaseModel):
+    """What the bot stores under `hitl_pending:{session_id}` while it waits for the answer."""
+
+    session_id: str
+    room_id: str
+    user_id: str
+    question: str
+    options: list[str] = Field(default_factory=list)
+    interrupt_id: str
+    #: The bot's question message: reactions to it count as answers for yes/no questions.
+    question_event_id: str | None = None
+    thread_root: str | None = None
+    reply_to: str | None = None
+    asked_at: float = 0.0

@@ -42,3 +42,14 @@ def event_seen(event_id: str) -> str:
 def flood(user_id: str) -> str:
     """Sliding-window sorted set for per-user flood control."""
     return f"bot:flood:{user_id}"
+
+
+def hitl_question(event_id: str) -> str:
+    """The session whose pending question is the bot message `event_id` (for reactions)."""
+    return f"hitl_question:{event_id}"
+
+
+def bot_thread(room_id: str, thread_root: str) -> str:
+    """Marks a thread the bot takes part in (it answers there without a mention)."""
+    return f"bot:thread:{room_id}:{thread_root}"
+

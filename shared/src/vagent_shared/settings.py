@@ -7,9 +7,10 @@ GRAPH_API_TOKEN, LOG_LEVEL) are declared once in CommonSettings.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class CommonSettings(BaseSettings):
@@ -41,3 +42,65 @@ class GraphSettings(CommonSettings):
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""
         return bool(self.LLM_MODEL or self.OPENAI_BASE_URL or self.OPENAI_API_KEY)
+
+
+class BotSettings(CommonSettings):
+    """Bot settings (documented in README.md)."""
+
+    MATRIX_HOMESERVER: str = "http://127.0.0.1:8008"
+    MATRIX_USER: str = "@vagent:localhost"
+    MATRIX_PASSWORD: SecretStr | None = None
+    #: Alternative to the password: an existing access token (its device is reused).
+    MATRIX_ACCESS_TOKEN: SecretStr | None = None
+    MATRIX_DEVICE_NAME: str = "vagent-bot"
+    #: Persistent folder for the E2EE crypto store and the device id.
+    MATRIX_STORE_PATH: Path = Path(".data/bot-store")
+    GRAPH_API_ENDPOINT: str = "http://127.0.0.1:8000"
+    ACCESS_CONTROL_PROVIDER_URL: str = "http://127.0.0.1:8090"
+    ACP_TIMEOUT_SECONDS: float = Field(default=3.0, gt=0)
+    AGENT_ID: str = "vagent"
+    TENANT_STATE_EVENT_TYPE: str = "io.vagent.tenant"
+    #: Domain for rooms without a tenant state event; unset = such rooms are denied.
+    DEFAULT_DOMAIN: str | None = None
+    COMMAND_PREFIX: str = "!ai"
+    #: Who may invite the bot: user ids (@u:server) or server names (example.org); `*` = anyone.
+    #: Empty = only users of the bot's own server.
+    INVITE_ALLOWLIST: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    FLOOD_MAX_MESSAGES: int = Field(default=10, ge=1)
+    FLOOD_WINDOW_SECONDS: float = Field(default=60.0, gt=0)
+    MAX_MESSAGE_CHARS: int = Field(default=8000, ge=1)
+    HITL_DEFAULT_TIMEOUT_SECONDS: int = Field(default=3600, gt=0)
+    EDIT_FIRST_DELAY_SECONDS: float = Field(default=0.5, ge=0)
+    EDIT_MAX_INTERVAL_SECONDS: float = Field(default=4.0, gt=0)
+    EDIT_MAX_COUNT: int = Field(default=30, ge=1)
+    EVENT_DEDUP_TTL_SECONDS: int = Field(default=7 * 24 * 3600, ge=60)
+    BOT_HEALTH_HOST: str = "0.0.0.0"
+    BOT_HEALTH_PORT: int = Field(default=8080, ge=1, le=65535)
+
+    @field_validator("INVITE_ALLOWLIST", mode="before")
+    @classmethod
+    def _comma_list(cls, v: Any) -> Any:
+        """`INVITE_ALLOWLIST=@alice:example.org,example.com` (a JSON list works too)."""
+        if isinstance(v, str):
+            v = v.strip()
+            if v.startswith("["):
+                import json
+
+                return json.loads(v)
+            return [p.strip() for p in v.split(",") if p.strip()]
+        return v
+
+    @property
+    def server_name(self) -> str:
+        return self.MATRIX_USER.partition(":")[2]
+
+
+class AcpSettings(BaseSettings):
+    """The development AccessControlProvider (`vagent-acp`)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    ACP_HOST: str = "127.0.0.1"
+    ACP_PORT: int = Field(default=8090, ge=1, le=65535)
+    ACP_POLICY_FILE: Path = Path("deploy/dev/acp-policy.yaml")
+    LOG_LEVEL: str = "INFO"

@@ -99,3 +99,13 @@ class HealthResponse(BaseModel):
     status: Literal["healthy", "unhealthy"]
     active_sessions: int
     uptime_seconds: float
+
+
+class AuthenticateRequest(BaseModel):
+    """`POST {ACCESS_CONTROL_PROVIDER_URL}/api/v1/authenticate` (docs/access-control.md).
+
+    200 answers the AcContext (camelCase); 403/404 mean no access.
+    """
+
+    user_id: str = Field(min_length=1)
+    domain: str = Field(min_length=1)

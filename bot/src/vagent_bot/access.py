@@ -1,0 +1,180 @@
+"""Layer 1 of access control: may this user use the agent at all? (docs/access-control.md)
+
+Why here: the bot is the only door into the agent, so it asks the AccessControlProvider
+about every message (no caching: a revoked grant takes effect on the next message) and
+lets nothing through when the provider cannot give a trustworthy answer (fail closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import httpx
+import structlog
+from pydantic import ValidationError
+
+from vagent_bot.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
+from vagent_shared.access import AcContext, agent, instance_matches
+from vagent_shared.wire import AuthenticateRequest
+
+log = structlog.get_logger(__name__)
+
+AUTHENTICATE_PATH: Final = "/api/v1/authenticate"
+
+GRANTED: Final = "granted"
+SUPERUSER: Final = "superuser"
+NO_AGENT_GRANT: Final = "no_agent_grant"
+PROVIDER_DENIED: Final = "provider_denied"
+PROVIDER_ERROR: Final = "provider_error"
+PROVIDER_TIMEOUT: Final = "provider_timeout"
+BAD_PROVIDER_ANSWER: Final = "bad_provider_answer"
+
+
+def _role_grants_agent(ac: AcContext, agent_id: str) -> bool:
+    """An active role in the active domain grants `agent:{agent_id}` (exact or `agent:*`)."""
+    wanted = agent(agent_id)
+    return any(instance_matches(i, wanted) for i in ac.get_instances_for_roles(ac.active_roles))
+
+
+def agent_allowed(ac: AcContext, agent_id: str) -> bool:
+    """The layer-1 rule: an active role grants `agent:{agent_id}`, or the user is a superuser."""
+    return _role_grants_agent(ac, agent_id) or ac.is_superuser()
+
+
+@dataclass(frozen=True)
+class AccessResult:
+    """The outcome of one check. `ac` is set whenever the provider answered a valid AcContext."""
+
+    allowed: bool
+    reason: str
+    ac: AcContext | None
+
+
+class AccessProvider:
+    """Client of `POST {base_url}/api/v1/authenticate`, asked afresh for every message.
+
+    `timeout` bounds the whole call (connect + send + answer), not each phase, so a
+    provider trickling bytes cannot hold a message up longer than that.
+    """
+
+    def __init__(
+        self, base_url: str, timeout: float, agent_id: str, client: httpx.AsyncClient | None = None
+    ) -> None:
+        self.url = base_url.rstrip("/") + AUTHENTICATE_PATH
+        self.timeout = timeout
+        self.agent_id = agent_id
+        agent(agent_id)  # a malformed AGENT_ID is a configuration error, found at startup
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout), follow_redirects=False)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def check(self, user_id: str, domain: str) -> AccessResult:
+        """May `user_id` use the agent in `domain`? Every failure answers `allowed=False`."""
+        try:
+            body = AuthenticateRequest(user_id=user_id, domain=domain).model_dump()
+        except ValidationError as exc:  # an empty user or domain is a caller bug: deny, do not raise
+            return self._unavailable(user_id, domain, PROVIDER_ERROR, "bad_request", exc)
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout):
+                resp = await self._client.post(self.url, json=body, timeout=self.timeout)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            return self._unavailable(user_id, domain, PROVIDER_TIMEOUT, "timeout", exc)
+        except Exception as exc:  # connection refused, DNS, protocol error, bad URL: fail closed
+            return self._unavailable(user_id, domain, PROVIDER_ERROR, "transport", exc)
+        finally:
+            ACP_SECONDS.observe(time.perf_counter() - start)
+
+        if resp.status_code in (403, 404):
+            return self._decide(user_id, domain, PROVIDER_DENIED, None, status=resp.status_code)
+        if resp.status_code != 200:
+            return self._unavailable(
+                user_id,
+                domain,
+                PROVIDER_ERROR,
+                f"http_{resp.status_code // 100}xx",
+                None,
+                status=resp.status_code,
+            )
+        try:
+            ac = AcContext.model_validate_json(resp.content)
+        except ValidationError as exc:
+            return self._unavailable(
+                user_id,
+                domain,
+                BAD_PROVIDER_ANSWER,
+                "bad_answer",
+                None,
+                status=200,
+                problems=exc.error_count(),
+                body_bytes=len(resp.content),
+            )
+        if ac.user_id != user_id:
+            return self._unavailable(
+                user_id,
+                domain,
+                BAD_PROVIDER_ANSWER,
+                "user_mismatch",
+                None,
+                status=200,
+                answered_user_id=ac.user_id,
+            )
+        if ac.active_acl_domain != domain:
+            log.warning(
+                "acp_domain_differs", user_id=user_id, domain=domain, active_acl_domain=ac.active_acl_domain
+            )
+        if _role_grants_agent(ac, self.agent_id):
+            return self._decide(user_id, domain, GRANTED, ac)
+        if ac.is_superuser():
+            return self._decide(user_id, domain, SUPERUSER, ac)
+        return self._decide(user_id, domain, NO_AGENT_GRANT, ac, active_roles=ac.active_roles)
+
+    def _decide(
+        self, user_id: str, domain: str, reason: str, ac: AcContext | None, **extra: object
+    ) -> AccessResult:
+        """Count and audit-log a decision the provider's answer supports."""
+        allowed = reason in (GRANTED, SUPERUSER)
+        ACCESS.labels(reason).inc()
+        if allowed:
+            log.info("access_granted", user_id=user_id, domain=domain, reason=reason, agent_id=self.agent_id)
+        else:
+            log.warning(
+                "access_denied",
+                user_id=user_id,
+                domain=domain,
+                reason=reason,
+                agent_id=self.agent_id,
+                **extra,
+            )
+        return AccessResult(allowed=allowed, reason=reason, ac=ac)
+
+    def _unavailable(
+        self,
+        user_id: str,
+        domain: str,
+        reason: str,
+        kind: str,
+        exc: BaseException | None,
+        **extra: object,
+    ) -> AccessResult:
+        """No trustworthy answer: log the failure and deny (fail closed)."""
+        ACP_ERRORS.labels(kind).inc()
+        log.error(
+            "acp_unavailable",
+            user_id=user_id,
+            domain=domain,
+            reason=reason,
+            kind=kind,
+            url=self.url,
+            error_type=type(exc).__name__ if exc else None,
+            error=str(exc) if exc else None,
+            **extra,
+        )
+        return self._decide(user_id, domain, reason, None)

@@ -1,0 +1,344 @@
+"""`vagent-acp`: the DEVELOPMENT AccessControlProvider.
+
+Why: the real provider is an external .NET service. Local runs, the demo and the
+integration tests need something that speaks the same HTTP contract
+(docs/access-control.md, "AccessControlProvider HTTP contract") from a small YAML policy
+(deploy/dev/acp-policy.yaml). Never point a production bot at it.
+
+    POST /api/v1/authenticate  {"user_id": "@alice:localhost", "domain": "localhost"}
+    -> 200 AcContext (camelCase) | 403 not in that domain | 404 unknown user
+
+The policy file is re-read whenever it changes on disk, so editing the demo policy takes
+effect on the next request without a restart. An invalid edit makes the provider answer
+503 (the bot then fails closed) until the file is fixed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import structlog
+import uvicorn
+import yaml
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from vagent_shared.access import AcContext, Resource, RoleGrant
+from vagent_shared.logs import configure_logging
+from vagent_shared.settings import AcpSettings
+from vagent_shared.wire import AuthenticateRequest, ErrorResponse
+
+log = structlog.get_logger(__name__)
+
+#: The superuser group the dev provider reports for every listed superuser.
+SUPERUSER_GROUP = "superusers"
+
+
+class PolicyError(ValueError):
+    """The policy file is missing, not YAML, or does not validate."""
+
+
+def _none_as_empty(v: Any, empty: type[list[Any]] | type[dict[str, Any]]) -> Any:
+    """YAML `key:` with nothing after it is null; treat it as an empty list/map."""
+    return empty() if v is None else v
+
+
+class DomainPolicy(BaseModel):
+    """One ACL domain: who holds which roles, and what each role grants."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    users: dict[str, list[str]] = Field(default_factory=dict)
+    roles: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls(cls, data: Any) -> Any:
+        """`users:` with nothing, `guest:` (a role granting nothing), `"@dave:x":` (no roles)."""
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("users", "roles"):
+                if key in data and data[key] is None:
+                    data[key] = {}
+                elif isinstance(data.get(key), dict):
+                    data[key] = {k: _none_as_empty(v, list) for k, v in data[key].items()}
+        return data
+
+    @field_validator("users", "roles", mode="after")
+    @classmethod
+    def _names(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        if any(not k.strip() for k in v):
+            raise ValueError("user and role names must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DomainPolicy:
+        """A typo in a role or instance name must fail loudly, not silently grant nothing."""
+        for role, instances in self.roles.items():
+            for inst in instances:
+                try:
+                    Resource.parse(inst)
+                except ValueError:
+                    raise ValueError(
+                        f"role {role!r} grants invalid instance {inst!r} "
+                        f"(expected kind:name, kinds: {', '.join(r.value for r in Resource)})"
+                    ) from None
+        for user, roles in self.users.items():
+            unknown = [r for r in roles if r not in self.roles]
+            if unknown:
+                raise ValueError(f"user {user!r} holds unknown role(s) {unknown}")
+        return self
+
+
+class Policy(BaseModel):
+    """The whole YAML file: superusers plus per-domain users and roles."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    superusers: list[str] = Field(default_factory=list)
+    domains: dict[str, DomainPolicy] = Field(default_factory=dict)
+
+    @field_validator("superusers", mode="before")
+    @classmethod
+    def _superusers(cls, v: Any) -> Any:
+        return _none_as_empty(v, list)
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _domains(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: _none_as_empty(d, dict) for k, d in v.items()}
+        return _none_as_empty(v, dict)
+
+
+def load_policy(path: Path | str) -> Policy:
+    """Read and validate a policy file; PolicyError says what is wrong and where."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        return Policy.model_validate({} if raw is None else raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'policy'}: {e['msg']}" for e in exc.errors()
+        )
+        raise PolicyError(f"{path}: invalid policy: {problems}") from exc
+
+
+class Reason(StrEnum):
+    """Why the provider answers what it answers; also the audit `decision`."""
+
+    MEMBER = "member"
+    SUPERUSER = "superuser"
+    UNKNOWN_USER = "unknown_user"
+    NOT_IN_DOMAIN = "not_in_domain"
+
+    @property
+    def status(self) -> int:
+        """HTTP status of the contract: 200 with an AcContext, 404 unknown, 403 not here."""
+        return {Reason.UNKNOWN_USER: 404, Reason.NOT_IN_DOMAIN: 403}.get(self, 200)
+
+
+class Decision(NamedTuple):
+    """`context_for`'s answer: the AcContext (None = no access) and the reason."""
+
+    ac: AcContext | None
+    reason: Reason
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def context_for(policy: Policy, user_id: str, domain: str) -> Decision:
+    """What the provider answers for `user_id` in `domain` (pure; no I/O).
+
+    Like the real provider, `roles` also lists the user's grants in other domains; the
+    AcContext rules make them grant nothing, and the tests prove it.
+    """
+    superuser = user_id in policy.superusers
+    held = {d: dp.users[user_id] for d, dp in policy.domains.items() if user_id in dp.users}
+    if not superuser and not held:
+        return Decision(None, Reason.UNKNOWN_USER)
+    if not superuser and domain not in held:
+        return Decision(None, Reason.NOT_IN_DOMAIN)
+    roles: dict[str, list[RoleGrant]] = {
+        d: [RoleGrant(name=r, instances=list(policy.domains[d].roles[r])) for r in _unique(rs)]
+        for d, rs in held.items()
+    }
+    roles.setdefault(domain, [])
+    ac = AcContext(
+        user_id=user_id,
+        active_acl_domain=domain,
+        active_roles=_unique(held.get(domain, [])),
+        superuser_groups=[SUPERUSER_GROUP] if superuser else [],
+        roles=roles,
+    )
+    return Decision(ac, Reason.SUPERUSER if superuser else Reason.MEMBER)
+
+
+class PolicyStore:
+    """The policy file, re-read when its mtime (or size/inode) changes.
+
+    Why: editing the demo policy must work without restarting the provider. A broken
+    edit is not papered over with the previous policy (that could keep a revoked grant
+    alive): `current()` raises until the file is valid again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._sig: tuple[int, int, int] | None = None
+        self._policy: Policy | None = None
+        self._error = "policy not loaded"
+        self.current()  # an invalid file at startup is a startup error
+
+    def current(self) -> Policy:
+        """The valid policy as the file is now; PolicyError if it is not valid."""
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            error = f"{self.path}: cannot read policy: {exc.strerror or exc}"
+            if self._policy is not None or error != self._error:
+                log.error("policy_invalid", policy_file=str(self.path), error=error)
+            self._sig, self._policy, self._error = None, None, error
+            raise PolicyError(error) from exc
+        sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if sig != self._sig:
+            self._sig = sig
+            try:
+                self._policy = load_policy(self.path)
+            except PolicyError as exc:
+                self._policy, self._error = None, str(exc)
+                log.error("policy_invalid", policy_file=str(self.path), error=str(exc))
+            else:
+                log.info(
+                    "policy_loaded",
+                    policy_file=str(self.path),
+                    domains=sorted(self._policy.domains),
+                    superusers=len(self._policy.superusers),
+                )
+        if self._policy is None:
+            raise PolicyError(self._error)
+        return self._policy
+
+
+def _api_error(status: int, code: str, message: str) -> HTTPException:
+    return HTTPException(status, detail={"error_code": code, "message": message})
+
+
+_MESSAGES = {
+    Reason.UNKNOWN_USER: "Unknown user.",
+    Reason.NOT_IN_DOMAIN: "The user has no access in this domain.",
+}
+
+
+def create_app(policy_path: Path | str) -> FastAPI:
+    """Build the provider; raises PolicyError if the policy file is invalid now."""
+    store = PolicyStore(Path(policy_path))
+    app = FastAPI(
+        title="vagent development AccessControlProvider",
+        version="0.1.0",
+        description="DEV ONLY. Answers AcContexts from a YAML policy (docs/access-control.md).",
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
+        body = ErrorResponse(
+            error_code="invalid_request", message=f"{where}: {first['msg']}", details=details
+        )
+        return JSONResponse(body.model_dump(), status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        if isinstance(exc.detail, dict):
+            body = ErrorResponse(**exc.detail)
+        else:
+            body = ErrorResponse(error_code=f"http_{exc.status_code}", message=str(exc.detail))
+        return JSONResponse(body.model_dump(), status_code=exc.status_code)
+
+    @app.post(
+        "/api/v1/authenticate",
+        response_model=None,
+        responses={
+            200: {"description": "The user's AcContext (camelCase)"},
+            403: {"model": ErrorResponse, "description": "Known user, no access in this domain"},
+            404: {"model": ErrorResponse, "description": "Unknown user"},
+            422: {"model": ErrorResponse},
+            503: {"model": ErrorResponse, "description": "The policy file is invalid"},
+        },
+    )
+    async def authenticate(body: AuthenticateRequest) -> JSONResponse:
+        """The AcContext of `user_id` in `domain`; every decision is an audit log line."""
+        try:
+            policy = store.current()
+        except PolicyError as exc:
+            log.error(
+                "acp_decision",
+                user_id=body.user_id,
+                domain=body.domain,
+                decision="policy_invalid",
+                status=503,
+            )
+            raise _api_error(503, "policy_invalid", "The access policy is not valid.") from exc
+        decision = context_for(policy, body.user_id, body.domain)
+        status = decision.reason.status
+        log.info(
+            "acp_decision",
+            user_id=body.user_id,
+            domain=body.domain,
+            decision=decision.reason.value,
+            status=status,
+            active_roles=decision.ac.active_roles if decision.ac else [],
+        )
+        if decision.ac is None:
+            raise _api_error(status, decision.reason.value, _MESSAGES[decision.reason])
+        return JSONResponse(decision.ac.to_wire())
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 while the policy file is valid, 503 otherwise (the provider denies everyone)."""
+        try:
+            policy = store.current()
+        except PolicyError:
+            return JSONResponse({"status": "unhealthy", "policy_file": str(store.path)}, status_code=503)
+        return JSONResponse(
+            {"status": "healthy", "policy_file": str(store.path), "domains": sorted(policy.domains)}
+        )
+
+    return app
+
+
+def main() -> None:
+    """Serve the dev provider on ACP_HOST:ACP_PORT with the policy ACP_POLICY_FILE."""
+    settings = AcpSettings()
+    configure_logging(settings.LOG_LEVEL, service="vagent-acp")
+    try:
+        app = create_app(settings.ACP_POLICY_FILE)
+    except PolicyError as exc:
+        print(f"vagent-acp: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    log.warning(
+        "acp_started",
+        note="DEVELOPMENT AccessControlProvider, never use in production",
+        host=settings.ACP_HOST,
+        port=settings.ACP_PORT,
+        policy_file=str(settings.ACP_POLICY_FILE),
+    )
+    uvicorn.run(app, host=settings.ACP_HOST, port=settings.ACP_PORT, log_config=None, access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""`vagent-chat` (`make chat`): talk to the bot from a terminal as a Matrix user.
+
+Logs in as the demo user, opens (or reuses) an encrypted DM with the bot, and shows the
+bot's answers as they stream in (edits are printed as they grow). Type `yes`/`no` to
+answer a confirmation; Ctrl-D or Ctrl-C quits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from nio import (
+    AsyncClient,
+    AsyncClientConfig,
+    InviteMemberEvent,
+    LoginResponse,
+    RoomCreateResponse,
+    SyncResponse,
+)
+from nio.api import RoomPreset
+
+BOT_COLOR, RESET, DIM = "\033[36m", "\033[0m", "\033[2m"
+
+
+class Chat:
+    def __init__(self, client: AsyncClient, bot: str) -> None:
+        self.client, self.bot = client, bot
+        self.room_id: str | None = None
+        self.shown: dict[str, str] = {}  # bot message id -> text shown so far
+        self.last_id: str | None = None
+
+    def _out(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    async def on_sync(self, resp: SyncResponse) -> None:
+        for room_id, info in resp.rooms.invite.items():
+            if any(isinstance(e, InviteMemberEvent) and e.sender == self.bot for e in info.invite_state):
+                await self.client.join(room_id)
+        if not self.room_id or self.room_id not in resp.rooms.join:
+            return
+        for event in resp.rooms.join[self.room_id].timeline.events:
+            src: dict[str, Any] = getattr(event, "source", {}) or {}
+            if src.get("sender") != self.bot or src.get("type") != "m.room.message":
+                continue
+            content = src.get("content") or {}
+            rel = content.get("m.relates_to") or {}
+            if rel.get("rel_type") == "m.replace":
+                self._edit(
+                    str(rel.get("event_id")), str((content.get("m.new_content") or {}).get("body", ""))
+                )
+            else:
+                self._new(str(src.get("event_id")), str(content.get("body", "")))
+
+    def _new(self, event_id: str, body: str) -> None:
+        self._out(f"\n{BOT_COLOR}vagent:{RESET} {body}")
+        self.shown[event_id], self.last_id = body, event_id
+
+    def _edit(self, event_id: str, body: str) -> None:
+        before = self.shown.get(event_id)
+        if before is None:
+            return
+        if event_id == self.last_id and body.startswith(before):
+            self._out(body[len(before) :])
+        else:
+            self._out(f"\n{BOT_COLOR}vagent (edited):{RESET} {body}")
+            self.last_id = event_id
+        self.shown[event_id] = body
+
+
+async def find_or_create_dm(client: AsyncClient, bot: str) -> str:
+    for room_id, room in client.rooms.items():
+        if room.member_count == 2 and bot in room.users:
+            return str(room_id)
+    resp = await client.room_create(
+        is_direct=True,
+        invite=[bot],
+        preset=RoomPreset.trusted_private_chat,
+        initial_state=[
+            {"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
+        ],
+    )
+    if not isinstance(resp, RoomCreateResponse):
+        raise SystemExit(f"chat: could not create a DM with {bot}: {resp}")
+    return str(resp.room_id)
+
+
+async def amain(args: argparse.Namespace) -> None:
+    store = Path(args.store) / args.user.strip("@").replace(":", "_")
+    store.mkdir(parents=True, exist_ok=True)
+    client = AsyncClient(
+        args.homeserver,
+        args.user,
+        store_path=str(store),
+        config=AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True),
+    )
+    creds = store / "credentials.json"
+    if creds.exists():
+        saved = json.loads(creds.read_text())
+        client.restore_login(saved["user_id"], saved["device_id"], saved["access_token"])
+    else:
+        resp = await client.login(args.password, device_name="vagent-chat")
+        if not isinstance(resp, LoginResponse):
+            raise SystemExit(f"chat: login as {args.user} failed: {getattr(resp, 'message', resp)}")
+        creds.write_text(
+            json.dumps(
+                {"user_id": resp.user_id, "device_id": resp.device_id, "access_token": resp.access_token}
+            )
+        )
+        os.chmod(creds, 0o600)
+    chat = Chat(client, args.bot)
+    await client.sync(timeout=0, full_state=True)
+    chat.room_id = await find_or_create_dm(client, args.bot)
+    client.add_response_callback(chat.on_sync, SyncResponse)  # type: ignore[arg-type]
+    sync = asyncio.create_task(client.sync_forever(timeout=30_000, full_state=False))
+    print(
+        f"{DIM}Logged in as {args.user}; talking to {args.bot} in an encrypted DM "
+        f"({chat.room_id}). Type a message; Ctrl-D quits. Try: how many records are older than "
+        f"2020?  /  delete records older than 2018  /  !help{RESET}"
+    )
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            text = line.strip()
+            if text:
+                await client.room_send(
+                    chat.room_id,
+                    "m.room.message",
+                    {"msgtype": "m.text", "body": text},
+                    ignore_unverified_devices=True,
+                )
+    finally:
+        sync.cancel()
+        with contextlib.suppress(BaseException):
+            await sync
+        await client.close()
+        print()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="Talk to vagent from a terminal.")
+    p.add_argument("--homeserver", default=os.environ.get("CHAT_HOMESERVER", "http://127.0.0.1:8008"))
+    p.add_argument("--user", default=os.environ.get("CHAT_USER", "@alice:localhost"))
+    p.add_argument("--password", default=os.environ.get("CHAT_PASSWORD", "alice-password"))
+    p.add_argument("--bot", default=os.environ.get("CHAT_BOT", "@vagent:localhost"))
+    p.add_argument("--store", default=os.environ.get("CHAT_STORE", ".data/chat"))
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(amain(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Per-user flood control: at most N messages per sliding window, shared by all bot replicas.
+
+One Redis sorted set per user (member = one accepted message, score = its time), checked
+and updated by one Lua script so concurrent messages cannot both take the last slot.
+
+Rejected messages are NOT recorded. A user who keeps spamming stays limited (they get at
+most `max_messages` through per window, as old ones age out), and one who stops is
+allowed again as soon as their oldest accepted message is `window_seconds` old: refused
+attempts never extend the ban. It also keeps the set at most `max_messages` long.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+from redis.asyncio import Redis
+
+from vagent_bot import metrics
+from vagent_shared import redis_keys
+
+# KEYS[1] = the user's set. ARGV = now (seconds; "" = Redis server time), window, max, member, ttl_ms.
+# A message counts during [t, t + window): entries with score <= now - window are dropped.
+_SCRIPT = """
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+
+class FloodControl:
+    """`await flood.allow(user_id)` before handing a message to the agent."""
+
+    def __init__(self, redis: Redis, max_messages: int, window_seconds: float) -> None:
+        if max_messages < 1 or window_seconds <= 0:
+            raise ValueError("need max_messages >= 1 and window_seconds > 0")
+        self.max_messages = max_messages
+        self.window_seconds = window_seconds
+        self._script = redis.register_script(_SCRIPT)
+        # The set disappears once its newest entry has left the window.
+        self._ttl_ms = math.ceil(window_seconds * 1000)
+
+    async def allow(self, user_id: str, now: float | None = None) -> bool:
+        """True when the message may go through (and is counted); False = refused.
+
+        `now` is for tests; by default the Redis server's clock is used, so all replicas
+        agree on the window whatever their own clocks say.
+        """
+        member = secrets.token_hex(8)  # unique, so two messages in the same instant both count
+        args: list[str | int] = [
+            "" if now is None else repr(float(now)), repr(float(self.window_seconds)),
+            self.max_messages, member, self._ttl_ms,
+        ]
+        allowed = bool(await self._script(keys=[redis_keys.flood(user_id)], args=args))
+        if not allowed:
+            metrics.FLOOD_REJECTED.inc()
+        return allowed

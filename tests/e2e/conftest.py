@@ -1,0 +1,178 @@
+"""The whole product for end-to-end tests: a real Synapse, Redis, the graph service on the
+scripted OpenAI-compatible LLM, the development AccessControlProvider and the bot, each a
+real process on 127.0.0.1. Humans are matrix-nio clients (tests/support/matrix_human.py)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from redis_local import free_port
+from synapse_local import SynapseServer
+from tests.support.graph_process import TOKEN, GraphProcess
+from tests.support.llm_server import ScriptedLLMServer, TextResponse
+from tests.support.matrix_human import HumanClient
+from tests.support.procs import ServiceProcess
+
+DOMAIN = "localhost"
+ROLES = {
+    "operator": ["agent:vagent", "tool:ask_user", "tool:database_query", "tool:delete_records"],
+    "guest": ["tool:ask_user"],  # known to the provider, but no agent access
+}
+
+
+@dataclass
+class Users:
+    passwords: dict[str, str]
+    bot: str
+    alice: str  # operator
+    bob: str  # operator too: has access, but must not answer alice's questions
+    carol: str  # in the policy without agent access
+    dave: str  # unknown to the provider
+
+
+@pytest.fixture(scope="session")
+def users(synapse: SynapseServer) -> Users:
+    pw = {name: secrets.token_urlsafe(12) for name in ("vagent", "alice", "bob", "carol", "dave")}
+    ids = {name: synapse.register_user(name, p) for name, p in pw.items()}
+    return Users(
+        passwords={ids[n]: p for n, p in pw.items()},
+        bot=ids["vagent"],
+        alice=ids["alice"],
+        bob=ids["bob"],
+        carol=ids["carol"],
+        dave=ids["dave"],
+    )
+
+
+def echo_llm(request: dict[str, Any]) -> TextResponse:
+    """Default answer: quotes the last user message, so each reply names its question."""
+    last = next((m for m in reversed(request["messages"]) if m["role"] == "user"), {"content": ""})
+    return TextResponse(f"You said: {last['content']}")
+
+
+class Stack:
+    def __init__(
+        self, tmp: Path, synapse: SynapseServer, redis_url: str, llm: ScriptedLLMServer, users: Users
+    ) -> None:
+        self.tmp, self.synapse, self.redis_url, self.llm, self.users = tmp, synapse, redis_url, llm, users
+        self.policy = tmp / "policy.yaml"
+        self.write_policy()
+        acp_port = free_port()
+        self.acp = ServiceProcess(
+            "vagent-acp",
+            {"ACP_PORT": str(acp_port), "ACP_HOST": "127.0.0.1", "ACP_POLICY_FILE": str(self.policy)},
+            tmp / "acp.log",
+            f"http://127.0.0.1:{acp_port}/health",
+        )
+        self.acp_url = f"http://127.0.0.1:{acp_port}"
+        self.graph = GraphProcess(redis_url, tmp / "graph", llm.base_url)
+        self.bots: list[ServiceProcess] = []
+
+    def write_policy(self) -> None:
+        u = self.users
+        policy = {
+            "superusers": [],
+            "domains": {
+                DOMAIN: {
+                    "users": {u.alice: ["operator"], u.bob: ["operator"], u.carol: ["guest"]},
+                    "roles": ROLES,
+                }
+            },
+        }
+        self.policy.write_text(yaml.safe_dump(policy))
+
+    def bot_env(self, name: str) -> dict[str, str]:
+        return {
+            "MATRIX_HOMESERVER": self.synapse.url,
+            "MATRIX_USER": self.users.bot,
+            "MATRIX_PASSWORD": self.users.passwords[self.users.bot],
+            "MATRIX_STORE_PATH": str(self.tmp / f"{name}-store"),
+            "REDIS_URL": self.redis_url,
+            "GRAPH_API_ENDPOINT": self.graph.url,
+            "GRAPH_API_TOKEN": TOKEN,
+            "ACCESS_CONTROL_PROVIDER_URL": self.acp_url,
+            "DEFAULT_DOMAIN": DOMAIN,
+            "BOT_HEALTH_HOST": "127.0.0.1",
+            "BOT_HEALTH_PORT": str(free_port()),
+            "EDIT_FIRST_DELAY_SECONDS": "0.3",
+            "LOG_LEVEL": "DEBUG",
+            "FLOOD_MAX_MESSAGES": "1000",  # the flood test runs its own strict bot
+        }
+
+    def new_bot(self, name: str, **overrides: str) -> ServiceProcess:
+        env = {**self.bot_env(name), **overrides}
+        bot = ServiceProcess(
+            "vagent-bot", env, self.tmp / f"{name}.log", f"http://127.0.0.1:{env['BOT_HEALTH_PORT']}/health"
+        )
+        self.bots.append(bot)
+        return bot
+
+    def logs(self) -> str:
+        return "\n".join(b.logs() for b in self.bots)
+
+
+@pytest.fixture(scope="session")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    synapse: SynapseServer,
+    redis_url: str,
+    _llm_session: ScriptedLLMServer,
+    users: Users,
+) -> Iterator[Stack]:
+    s = Stack(tmp_path_factory.mktemp("stack"), synapse, redis_url, _llm_session, users)
+    s.acp.start()
+    s.graph.start()
+    s.new_bot("bot").start()
+    yield s
+    for b in s.bots:
+        b.stop()
+    s.graph.stop()
+    s.acp.stop()
+
+
+@pytest.fixture
+def llm(stack: Stack) -> Iterator[ScriptedLLMServer]:
+    stack.llm.clear()
+    stack.llm.set_default(echo_llm)
+    yield stack.llm
+    stack.llm.clear()
+
+
+async def _human(stack: Stack, user_id: str, tmp_path: Path, encryption: bool = True) -> HumanClient:
+    human = await HumanClient.login(
+        stack.synapse.url,
+        user_id,
+        stack.users.passwords[user_id],
+        tmp_path / user_id.strip("@").replace(":", "_"),
+        encryption,
+    )
+    await human.start_sync()
+    return human
+
+
+@pytest.fixture
+async def alice(stack: Stack, tmp_path: Path) -> AsyncIterator[HumanClient]:
+    h = await _human(stack, stack.users.alice, tmp_path)
+    yield h
+    await h.close()
+
+
+@pytest.fixture
+async def bob(stack: Stack, tmp_path: Path) -> AsyncIterator[HumanClient]:
+    h = await _human(stack, stack.users.bob, tmp_path)
+    yield h
+    await h.close()
+
+
+@pytest.fixture
+async def carol(stack: Stack, tmp_path: Path) -> AsyncIterator[HumanClient]:
+    h = await _human(stack, stack.users.carol, tmp_path)
+    yield h
+    await h.close()

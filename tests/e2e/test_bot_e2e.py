@@ -1,0 +1,296 @@
+"""End to end: people in Matrix rooms, the real bot, graph, provider, Redis and Synapse."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import DOMAIN, Stack
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.matrix_human import HumanClient, Msg
+
+pytestmark = pytest.mark.e2e
+TENANT = [{"type": "io.vagent.tenant", "state_key": "", "content": {"domain": DOMAIN}}]
+
+
+def older_than(stack: Stack, cutoff: str) -> int:
+    with sqlite3.connect(Path(stack.graph.env["RECORDS_DB_PATH"])) as c:
+        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (cutoff,)).fetchone()[0])
+
+
+def said(text: str) -> Callable[[Msg], bool]:
+    """The echo LLM's answer to `text`."""
+    return lambda m: m.body == f"You said: {text}"
+
+
+async def dm_with_bot(human: HumanClient, stack: Stack, encrypted: bool = False) -> str:
+    return await human.create_dm(stack.users.bot, encrypted=encrypted)
+
+
+async def test_dm_question_gets_a_streamed_answer(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    text = "Streaming works: " + " ".join(f"word{i}" for i in range(30)) + ". **Done**."
+    llm.push_text(text, chunks=30, delay=0.06)
+    asked = await alice.send(room, "tell me something long")
+    reply = await alice.wait_for_reply(
+        stack.users.bot, room, lambda m: m.body == text and m.formatted_body is not None, 20
+    )
+    assert reply.in_reply_to == asked
+    assert reply.edits >= 2, "the answer should grow by edits while it streams"
+    assert "<strong>Done</strong>" in (reply.formatted_body or "")
+    assert len(await alice.messages_from(stack.users.bot, room)) == 1  # one message, edited
+
+
+async def group(alice: HumanClient, stack: Stack, name: str) -> str:
+    """A group room (alice, bob, the bot): the bot answers only when addressed."""
+    room = await alice.create_room([stack.users.bot, stack.users.bob], name, state=TENANT)
+    await alice.wait_joined(room, stack.users.bot)
+    await alice.wait_joined(room, stack.users.bob)
+    return room
+
+
+async def test_delete_confirmed_in_a_thread_after_an_invalid_answer(
+    stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await group(alice, stack, "ops")
+    root = await alice.send(room, "let's clean up")
+    before = older_than(stack, "2016-01-01")
+    assert before > 0
+    llm.push_tool_calls([("delete_records", {"older_than": "2016-01-01"})])
+    await alice.send(room, "!ai delete records older than 2016", thread_root=root)
+    question = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓"))
+    assert question.body == f"❓ Delete {before} records older than 2016-01-01? (yes/no)"
+    assert question.thread_root == root
+    await alice.send(room, "maybe", thread_root=root)
+    again = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("Please answer"))
+    assert again.thread_root == root and older_than(stack, "2016-01-01") == before
+    llm.push_text("Deleted them.")
+    await alice.send(room, "yes", thread_root=root)
+    done = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted them.")
+    assert done.thread_root == root
+    assert older_than(stack, "2016-01-01") == 0
+
+
+async def test_no_cancels_and_deletes_nothing(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    before = older_than(stack, "2019-01-01")
+    llm.push_tool_calls([("delete_records", {"older_than": "2019-01-01"})])
+    await alice.send(room, "delete records older than 2019")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    llm.push_text("Okay, I did not delete anything.")
+    await alice.send(room, "No")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Okay, I did not delete anything.")
+    assert older_than(stack, "2019-01-01") == before
+    tool = next(m for m in llm.requests[-1]["messages"] if m["role"] == "tool")
+    assert "declined" in tool["content"]
+
+
+async def test_confirmation_by_reaction(stack: Stack, alice: HumanClient, llm: ScriptedLLMServer) -> None:
+    room = await dm_with_bot(alice, stack)
+    llm.push_tool_calls([("delete_records", {"older_than": "2017-01-01"})])
+    await alice.send(room, "delete records older than 2017")
+    q = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    llm.push_text("Deleted by reaction.")
+    await alice.react(room, q.event_id, "✅")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted by reaction.")
+    assert older_than(stack, "2017-01-01") == 0
+
+
+async def test_another_user_cannot_approve(
+    stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await group(alice, stack, "shared")
+    before = older_than(stack, "2020-06-01")
+    llm.push_tool_calls([("delete_records", {"older_than": "2020-06-01"})])
+    await alice.send(room, "!ai delete records older than 2020-06-01")
+    q = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    await bob.send(room, "yes")
+    await bob.send(room, "yes", reply_to=q.event_id)
+    await bob.react(room, q.event_id, "✅")
+    await asyncio.sleep(2)
+    assert older_than(stack, "2020-06-01") == before
+    # bob's reply to the bot is a question of his own session, never a resume of alice's run
+    assert all(m["role"] != "tool" for r in llm.requests for m in r["messages"])
+    # alice's question is still pending: only she can answer it
+    llm.push_text("Deleted on alice's word.")
+    await alice.send(room, "yes")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted on alice's word.")
+    assert older_than(stack, "2020-06-01") == 0
+
+
+async def test_user_without_access_gets_nothing(
+    stack: Stack, carol: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(carol, stack)
+    await carol.send(room, "hello, are you there?")
+    await carol.send(room, "!help")
+    await carol.assert_no_message_from(stack.users.bot, room, within=3)
+    assert not carol.typing_seen_from(stack.users.bot, room)
+    assert llm.requests == []
+    logs = stack.logs()
+    assert "access_denied" in logs and stack.users.carol in logs
+
+
+async def test_provider_down_means_nobody_gets_a_reply(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    stack.acp.stop()
+    try:
+        await alice.send(room, "anyone?")
+        await alice.assert_no_message_from(stack.users.bot, room, within=3)
+        assert llm.requests == []
+    finally:
+        stack.acp.start()
+    await alice.send(room, "back?")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: back?")
+
+
+async def test_encrypted_dm_round_trip(stack: Stack, alice: HumanClient, llm: ScriptedLLMServer) -> None:
+    room = await dm_with_bot(alice, stack, encrypted=True)
+    await alice.send(room, "secret question")
+    reply = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: secret question")
+    raw = [e for e in alice.events if e.event_id == reply.event_id]
+    assert raw and raw[0].encrypted
+
+
+async def test_help_and_group_addressing(
+    stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await group(alice, stack, "group")
+    await alice.send(room, "just chatting with friends")
+    await alice.send(room, "!ai !help")
+    help_msg = await alice.wait_for_reply(stack.users.bot, room, lambda m: "!reset" in m.body)
+    assert "!stop" in help_msg.body
+    await alice.send(room, f"{stack.users.bot} ping", mentions=[stack.users.bot])
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: ping")
+    bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+    assert not any("just chatting" in b for b in bodies)
+
+
+async def test_restart_mid_conversation_loses_nothing_answers_once(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    await alice.send(room, "before restart")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: before restart")
+    bot = stack.bots[0]
+    bot.kill()
+    for i in range(3):
+        await alice.send(room, f"while down {i}")
+    bot.start()
+    for i in range(3):
+        await alice.wait_for_reply(stack.users.bot, room, said(f"while down {i}"), timeout=30)
+    await asyncio.sleep(1.5)
+    bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+    assert sorted(bodies) == sorted(
+        ["You said: before restart"] + [f"You said: while down {i}" for i in range(3)]
+    )
+
+
+async def test_two_bot_processes_answer_each_message_exactly_once(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    second = stack.new_bot("bot2").start()
+    try:
+        room = await dm_with_bot(alice, stack)
+        sent = [await alice.send(room, f"message {i}") for i in range(8)]
+        for i in range(8):
+            await alice.wait_for_reply(stack.users.bot, room, said(f"message {i}"), timeout=40)
+        await asyncio.sleep(2)
+        replies: list[Msg] = await alice.messages_from(stack.users.bot, room)
+        assert sorted(m.in_reply_to or "" for m in replies) == sorted(sent)
+    finally:
+        second.stop()
+        stack.bots.remove(second)
+
+
+async def test_flood_control_and_length_limit(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    from redis.asyncio import Redis
+
+    from vagent_shared import redis_keys
+
+    redis = Redis.from_url(stack.redis_url)
+    await redis.delete(redis_keys.flood(stack.users.alice))  # earlier tests' messages count too
+    await redis.aclose()
+    main = stack.bots[0]
+    main.stop()
+    strict = stack.new_bot(
+        "bot", FLOOD_MAX_MESSAGES="2", FLOOD_WINDOW_SECONDS="60", MAX_MESSAGE_CHARS="50"
+    ).start()  # same store: the same device
+    try:
+        room = await dm_with_bot(alice, stack)
+        await alice.send(room, "x" * 51)
+        await alice.wait_for_reply(stack.users.bot, room, lambda m: "too long" in m.body)
+        for i in range(3):
+            await alice.send(room, f"burst {i}")
+        await alice.wait_for_reply(stack.users.bot, room, lambda m: "too fast" in m.body)
+        bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+        assert "You said: burst 0" in bodies and "You said: burst 2" not in bodies
+        assert not any(r["messages"][-1]["content"] == "x" * 51 for r in llm.requests)
+    finally:
+        strict.stop()
+        stack.bots.remove(strict)
+        main.start()
+
+
+async def test_stop_cancels_the_running_answer(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    llm.push_text("slow " * 100, chunks=100, delay=0.1)
+    await alice.send(room, "write a lot")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("slow"))
+    await alice.send(room, "!stop")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "⏹️ Stopped.")
+    assert await asyncio.to_thread(llm.wait_for_streams, disconnected=1, timeout=10)
+    assert llm.completed_streams == 0
+    await alice.send(room, "still there?")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: still there?")
+
+
+async def test_reset_forgets_the_conversation(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    await alice.send(room, "my name is Ada")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: my name is Ada")
+    await alice.send(room, "!reset")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("🧹"))
+    await alice.send(room, "what is my name?")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: what is my name?")
+    assert "Ada" not in str(llm.requests[-1]["messages"])
+
+
+async def test_failures_are_told_once_and_the_session_stays_usable(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    llm.push_error(500, "boom: internal details")
+    llm.push_error(500, "boom: internal details")  # the graph's client retries once
+    await alice.send(room, "first")
+    err = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("⚠️"))
+    assert "boom" not in err.body and "Traceback" not in err.body
+    stack.graph.stop()
+    try:
+        await alice.send(room, "second")
+        down = await alice.wait_for_reply(
+            stack.users.bot, room, lambda m: m.body.startswith("⚠️") and m.event_id != err.event_id
+        )
+        assert "reach" in down.body
+    finally:
+        stack.graph.start()
+    await alice.send(room, "third")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: third")
+    warnings = [m for m in await alice.messages_from(stack.users.bot, room) if m.body.startswith("⚠️")]
+    assert len(warnings) == 2

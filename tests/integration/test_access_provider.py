@@ -1,0 +1,468 @@
+"""Layer-1 access over real HTTP: the bot's AccessProvider against the real `vagent-acp`
+subprocess, and against small misbehaving providers started in-process.
+
+Why real sockets and no httpx mocks: fail-closed behaviour lives in the details (a
+refused connection, a provider that never answers or trickles, a 500, garbage JSON, an
+answer about somebody else) and only a real server produces them faithfully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.graph_process import free_port
+from vagent_bot.access import AccessProvider, AccessResult
+from vagent_bot.metrics import ACCESS, ACP_ERRORS
+from vagent_shared.logs import configure_logging
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "deploy/dev/acp-policy.yaml"
+BIN = Path(sys.executable).parent
+DOMAIN = "localhost"
+ALICE, DAVE, ADMIN = "@alice:localhost", "@dave:localhost", "@admin:localhost"
+
+
+# --------------------------------------------------------------------------- the real provider
+
+
+class AcpProcess:
+    """`vagent-acp` as a subprocess on a free loopback port, serving `policy`."""
+
+    def __init__(self, policy: Path) -> None:
+        self.policy = policy
+        self.port = free_port()
+        self.log_path = policy.parent / f"acp-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "ACP_HOST": "127.0.0.1",
+            "ACP_PORT": str(self.port),
+            "ACP_POLICY_FILE": str(self.policy),
+            "LOG_LEVEL": "DEBUG",
+        }
+
+    def start(self, timeout: float = 30) -> AcpProcess:
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "vagent-acp")], env=self.env(), stdout=out, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vagent-acp exited {self.proc.returncode}:\n{self.logs()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        raise TimeoutError(f"vagent-acp did not start:\n{self.logs()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The provider's JSON audit lines (`acp_decision`)."""
+        lines = [json.loads(ln) for ln in self.logs().splitlines() if ln.startswith("{")]
+        return [ln for ln in lines if ln.get("event") == "acp_decision"]
+
+
+def demo_policy_with_dave() -> dict[str, Any]:
+    """The demo policy plus @dave, who may answer questions but not talk to the agent."""
+    policy: dict[str, Any] = yaml.safe_load(DEMO.read_text())
+    dom = policy["domains"][DOMAIN]
+    dom["roles"]["guest"] = ["tool:ask_user"]
+    dom["users"][DAVE] = ["guest"]
+    return policy
+
+
+def write_policy(path: Path, policy: dict[str, Any] | str) -> None:
+    """Replace atomically, as editors do, so the provider never reads a half-written file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(policy if isinstance(policy, str) else yaml.safe_dump(policy))
+    os.replace(tmp, path)
+
+
+def start_acp(tmp_path: Path) -> AcpProcess:
+    policy = tmp_path / "acp-policy.yaml"
+    shutil.copy(DEMO, policy)
+    write_policy(policy, demo_policy_with_dave())
+    return AcpProcess(policy).start()
+
+
+@pytest.fixture(scope="module")
+def acp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AcpProcess]:
+    server = start_acp(tmp_path_factory.mktemp("acp"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def provider(acp: AcpProcess) -> AsyncIterator[AccessProvider]:
+    p = AccessProvider(acp.url, timeout=5.0, agent_id="vagent")
+    yield p
+    await p.aclose()
+
+
+def _count(metric: Any, label: str) -> float:
+    return float(metric.labels(label)._value.get())
+
+
+async def test_alice_is_allowed_with_her_context(provider: AccessProvider, acp: AcpProcess) -> None:
+    before = _count(ACCESS, "granted")
+    result = await provider.check(ALICE, DOMAIN)
+    assert result.allowed and result.reason == "granted"
+    assert result.ac is not None
+    assert result.ac.user_id == ALICE and result.ac.active_acl_domain == DOMAIN
+    assert result.ac.active_roles == ["operator"] and not result.ac.is_superuser()
+    assert result.ac.can_access("tool:delete_records")
+    assert _count(ACCESS, "granted") == before + 1
+    assert {"user_id": ALICE, "domain": DOMAIN, "decision": "member", "status": 200}.items() <= (
+        acp.audit()[-1].items()
+    )
+
+
+async def test_superuser_is_allowed_in_any_domain(provider: AccessProvider) -> None:
+    result = await provider.check(ADMIN, "some-tenant.example")
+    assert result == AccessResult(True, "superuser", result.ac)
+    assert result.ac is not None and result.ac.is_superuser()
+
+
+async def test_user_without_agent_grant_is_denied(provider: AccessProvider) -> None:
+    result = await provider.check(DAVE, DOMAIN)
+    assert not result.allowed and result.reason == "no_agent_grant"
+    assert result.ac is not None and result.ac.active_roles == ["guest"]
+
+
+async def test_a_grant_for_another_agent_does_not_count(acp: AcpProcess) -> None:
+    p = AccessProvider(acp.url, timeout=5.0, agent_id="other-agent")
+    try:
+        assert (await p.check(ALICE, DOMAIN)).reason == "no_agent_grant"
+    finally:
+        await p.aclose()
+
+
+@pytest.mark.parametrize(
+    ("user", "domain", "decision"),
+    [("@mallory:localhost", DOMAIN, "unknown_user"), (ALICE, "other.example", "not_in_domain")],
+)
+async def test_provider_denials(
+    provider: AccessProvider, acp: AcpProcess, user: str, domain: str, decision: str
+) -> None:
+    result = await provider.check(user, domain)
+    assert result == AccessResult(False, "provider_denied", None)
+    assert acp.audit()[-1]["decision"] == decision
+    assert acp.audit()[-1]["user_id"] == user and acp.audit()[-1]["domain"] == domain
+
+
+async def test_acp_http_surface(acp: AcpProcess) -> None:
+    """Status codes and error bodies of the contract, straight from the provider."""
+    async with httpx.AsyncClient(base_url=acp.url, timeout=5) as c:
+        ok = await c.post("/api/v1/authenticate", json={"user_id": ALICE, "domain": DOMAIN})
+        assert ok.status_code == 200 and ok.json()["userId"] == ALICE
+        assert set(ok.json()) == {"userId", "activeAclDomain", "activeRoles", "superuserGroups", "roles"}
+        missing = await c.post("/api/v1/authenticate", json={"user_id": "@x:y", "domain": DOMAIN})
+        assert missing.status_code == 404 and missing.json()["error_code"] == "unknown_user"
+        other = await c.post("/api/v1/authenticate", json={"user_id": ALICE, "domain": "z"})
+        assert other.status_code == 403 and other.json()["error_code"] == "not_in_domain"
+        for bad in ({"user_id": ALICE}, {"user_id": "", "domain": DOMAIN}, [1]):
+            r = await c.post("/api/v1/authenticate", json=bad)
+            assert r.status_code == 422 and r.json()["error_code"] == "invalid_request", r.text
+        r = await c.post(
+            "/api/v1/authenticate", content=b"{nope", headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 422
+        health = await c.get("/health")
+        assert health.status_code == 200 and health.json()["status"] == "healthy"
+
+
+async def test_policy_hot_reload(tmp_path: Path) -> None:
+    """Edits apply on the next check: grants, revocations, and a broken file (fail closed)."""
+    acp = start_acp(tmp_path)
+    p = AccessProvider(acp.url, timeout=5.0, agent_id="vagent")
+    try:
+        assert (await p.check(DAVE, DOMAIN)).reason == "no_agent_grant"
+        policy = demo_policy_with_dave()
+        policy["domains"][DOMAIN]["users"][DAVE] = ["member"]
+        del policy["domains"][DOMAIN]["users"][ALICE]
+        write_policy(acp.policy, policy)
+        dave = await p.check(DAVE, DOMAIN)
+        assert dave.allowed and dave.ac is not None and dave.ac.active_roles == ["member"]
+        assert (await p.check(ALICE, DOMAIN)).reason == "provider_denied"  # revoked: no cache
+
+        write_policy(acp.policy, "domains: {localhost: {users: {'@dave:localhost': [ghost]}}}")
+        assert (await p.check(DAVE, DOMAIN)) == AccessResult(False, "provider_error", None)
+        async with httpx.AsyncClient(timeout=5) as c:
+            assert (await c.get(acp.url + "/health")).status_code == 503
+        assert "unknown role" in acp.logs()
+
+        write_policy(acp.policy, policy)
+        assert (await p.check(DAVE, DOMAIN)).allowed
+        acp.policy.unlink()
+        assert (await p.check(DAVE, DOMAIN)).reason == "provider_error"
+        write_policy(acp.policy, policy)
+        assert (await p.check(DAVE, DOMAIN)).allowed
+    finally:
+        await p.aclose()
+        acp.stop()
+
+
+def test_acp_refuses_to_start_with_an_invalid_policy(tmp_path: Path) -> None:
+    policy = tmp_path / "bad.yaml"
+    policy.write_text("domains: {d: {users: {'@a:x': [ghost]}}}")
+    acp = AcpProcess(policy)
+    done = subprocess.run(
+        [str(BIN / "vagent-acp")], env=acp.env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "unknown role" in done.stderr and str(policy) in done.stderr
+
+
+# --------------------------------------------------------------------------- misbehaving providers
+
+Respond = Callable[[dict[str, Any]], Awaitable[bytes]]
+
+
+def http_response(status: int, body: bytes, content_type: str = "application/json") -> bytes:
+    head = (
+        f"HTTP/1.1 {status} Whatever\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class FakeProvider:
+    """A raw asyncio HTTP/1.1 server whose answer `respond` decides; records request bodies."""
+
+    def __init__(self, respond: Respond) -> None:
+        self.respond = respond
+        self.requests: list[dict[str, Any]] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+        self.url = ""
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = json.loads(await reader.readexactly(length))
+            self.requests.append(body)
+            writer.write(await self.respond(body))
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+    async def __aenter__(self) -> FakeProvider:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._server:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+def ac_json(user: str, domain: str = DOMAIN) -> bytes:
+    """A valid AcContext that would grant the agent to `user`."""
+    return json.dumps(
+        {
+            "userId": user,
+            "activeAclDomain": domain,
+            "activeRoles": ["member"],
+            "superuserGroups": ["superusers"],
+            "roles": {domain: [{"name": "member", "instances": ["agent:vagent"]}]},
+        }
+    ).encode()
+
+
+async def check_against(respond: Respond, acp_timeout: float = 5.0) -> tuple[AccessResult, FakeProvider]:
+    async with FakeProvider(respond) as fake:
+        p = AccessProvider(fake.url, timeout=acp_timeout, agent_id="vagent")
+        try:
+            return await p.check(ALICE, DOMAIN), fake
+        finally:
+            await p.aclose()
+
+
+async def test_well_behaved_fake_is_asked_every_time_with_the_contract_body() -> None:
+    """Sanity check of the fake itself, and proof there is no caching between checks."""
+
+    async def ok(body: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json(body["user_id"]))
+
+    async with FakeProvider(ok) as fake:
+        p = AccessProvider(fake.url + "/", timeout=5.0, agent_id="vagent")
+        try:
+            for _ in range(3):
+                assert (await p.check(ALICE, DOMAIN)).allowed
+        finally:
+            await p.aclose()
+    assert fake.requests == [{"user_id": ALICE, "domain": DOMAIN}] * 3
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(500, "http_5xx"), (503, "http_5xx"), (401, "http_4xx"), (302, "http_3xx"), (201, "http_2xx")],
+)
+async def test_unexpected_status_fails_closed(status: int, kind: str) -> None:
+    async def answer(body: dict[str, Any]) -> bytes:
+        return http_response(status, ac_json(body["user_id"]))
+
+    before = _count(ACP_ERRORS, kind)
+    result, _ = await check_against(answer)
+    assert result == AccessResult(False, "provider_error", None)
+    assert _count(ACP_ERRORS, kind) == before + 1
+
+
+async def test_provider_that_never_answers_times_out() -> None:
+    async def hang(body: dict[str, Any]) -> bytes:
+        await asyncio.sleep(60)
+        return http_response(200, ac_json(body["user_id"]))
+
+    before = _count(ACP_ERRORS, "timeout")
+    start = time.monotonic()
+    result, _ = await check_against(hang, acp_timeout=0.5)
+    assert time.monotonic() - start < 10  # it returns at all, long before the provider would
+    assert result == AccessResult(False, "provider_timeout", None)
+    assert _count(ACP_ERRORS, "timeout") == before + 1
+
+
+async def test_provider_that_trickles_its_answer_times_out() -> None:
+    """Each byte arrives well within httpx's per-read timeout; the whole call must still end."""
+
+    handlers: set[asyncio.Task[Any]] = set()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            handlers.add(task)
+        await reader.readuntil(b"\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            for byte in http_response(200, ac_json(ALICE)):
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    p = AccessProvider(
+        f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", timeout=0.8, agent_id="vagent"
+    )
+    try:
+        result = await p.check(ALICE, DOMAIN)
+    finally:
+        await p.aclose()
+        server.close()
+        for task in handlers:
+            task.cancel()
+    assert result == AccessResult(False, "provider_timeout", None)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"",
+        b"[]",
+        b"null",
+        b'{"userId": "@alice:localhost"}',
+        b'{"userId": "@alice:localhost", "activeAclDomain": "localhost", "roles": []}',
+        b"<html>proxy error</html>",
+    ],
+)
+async def test_garbage_answer_fails_closed(body: bytes) -> None:
+    async def garbage(_: dict[str, Any]) -> bytes:
+        return http_response(200, body)
+
+    before = _count(ACP_ERRORS, "bad_answer")
+    result, _ = await check_against(garbage)
+    assert result == AccessResult(False, "bad_provider_answer", None)
+    assert _count(ACP_ERRORS, "bad_answer") == before + 1
+
+
+async def test_answer_about_another_user_fails_closed() -> None:
+    """Even a superuser context is refused when it describes somebody else."""
+
+    async def impostor(_: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json("@mallory:localhost"))
+
+    before = _count(ACP_ERRORS, "user_mismatch")
+    result, _ = await check_against(impostor)
+    assert result == AccessResult(False, "bad_provider_answer", None)
+    assert _count(ACP_ERRORS, "user_mismatch") == before + 1
+
+
+async def test_closed_port_fails_closed() -> None:
+    port = free_port()  # nothing listens there
+    p = AccessProvider(f"http://127.0.0.1:{port}", timeout=2.0, agent_id="vagent")
+    before = _count(ACP_ERRORS, "transport")
+    try:
+        result = await p.check(ALICE, DOMAIN)
+    finally:
+        await p.aclose()
+    assert result == AccessResult(False, "provider_error", None)
+    assert _count(ACP_ERRORS, "transport") == before + 1
+
+
+async def test_denials_and_failures_are_logged(capsys: pytest.CaptureFixture[str]) -> None:
+    """Audit trail: `access_denied` (WARNING) for every denial, `acp_unavailable` (ERROR) on failures."""
+    configure_logging("DEBUG", service="test")  # JSON lines on the (captured) stdout
+
+    async def broken(_: dict[str, Any]) -> bytes:
+        return http_response(500, b"{}")
+
+    await check_against(broken)
+    lines = [json.loads(ln) for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
+    events = {ln["event"]: ln for ln in lines if ln.get("logger") == "vagent_bot.access"}
+    unavailable, denied = events["acp_unavailable"], events["access_denied"]
+    assert unavailable["level"] == "error" and unavailable["reason"] == "provider_error"
+    assert unavailable["status"] == 500
+    assert denied["level"] == "warning"
+    assert {"user_id": ALICE, "domain": DOMAIN, "reason": "provider_error"}.items() <= denied.items()
+
+
+async def test_empty_user_or_domain_is_denied_without_asking(provider: AccessProvider) -> None:
+    for user, domain in (("", DOMAIN), (ALICE, "")):
+        assert await provider.check(user, domain) == AccessResult(False, "provider_error", None)
