@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run test unit lint typecheck pytest redis bench-graph lock clean
+.PHONY: help venv run chat test unit lint typecheck pytest redis bench-graph bench-bot lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -12,8 +12,11 @@ help:  ## this list
 venv:  ## create .venv from the hash-pinned requirements (safe to repeat)
 	@scripts/bootstrap.sh
 
-run: venv  ## run the product locally: Redis + graph (offline model unless an LLM is configured)
+run: venv  ## run the product locally: Redis, Synapse, access control, graph (offline model unless an LLM is configured), bot
 	@$(BIN)/python scripts/run_local.py
+
+chat: venv  ## talk to the bot from this terminal as @alice:localhost (with `make run` running)
+	@$(BIN)/vagent-chat
 
 test: venv lint typecheck pytest  ## set up everything and run the whole suite
 
@@ -34,6 +37,9 @@ redis: venv  ## local Redis 8 + search + JSON on 127.0.0.1:$${REDIS_PORT:-6390},
 
 bench-graph: venv  ## benchmark: bare graph.astream vs the HTTP/SSE service
 	$(BIN)/python bench/bench_graph.py $(BENCH_ARGS)
+
+bench-bot: venv  ## benchmark: send -> first visible reply / final edit, vagent vs a minimal echo bot
+	$(BIN)/python bench/bench_bot.py $(BENCH_ARGS)
 
 lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
 	@for f in dev graph bot; do \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.sse import kinds, post_sse
+from vagent_shared import parse_sse_event
 from vagent_shared.events import HitlRequest, TextChunk, TextFinal
 
 PM = "/api/v1/process_message"
@@ -193,9 +195,16 @@ async def test_client_disconnect_cancels_the_run_and_the_llm_request(
     await asyncio.to_thread(llm_server.wait_for_streams, disconnected=1, timeout=5)
     assert llm_server.disconnected_streams == 1
     assert llm_server.completed_streams == 0
-    # the session is free again at once: no stale lock, no run still going
+    # the session is free again within moments (not after the lock's TTL): no stale lock
     llm_server.push_text("Next answer.")
-    events = await post_sse(client, PM, message_body(sid, "next"), graph.headers)
+    for _ in range(60):
+        r = await client.post(PM, json=message_body(sid, "next"), headers=graph.headers)
+        if r.status_code != 409:
+            break
+        await asyncio.sleep(0.05)
+    assert r.status_code == 200
+    events = [parse_sse_event(m.group(1), m.group(2))
+              for m in re.finditer(r"event: (\w+)\r?\ndata: (.*)\r?\n", r.text)]
     assert events[-2] == TextFinal(content="Next answer.", is_final=True)
 
 
@@ -320,3 +329,24 @@ async def test_no_secret_reaches_redis_the_logs_or_the_llm(
     assert not any(s in logs for s in secrets)
     for request in llm_server.requests:
         assert not any(s in str(request["messages"]) for s in secrets)
+
+
+async def test_session_keys_in_redis_stay_flat(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, redis_url: str
+) -> None:
+    from redis.asyncio import Redis
+
+    sid = new_session()
+    redis = Redis.from_url(redis_url)
+
+    async def keys() -> int:
+        return len([k async for k in redis.scan_iter(match=f"*{sid.room_id}*", count=1000)])
+
+    try:
+        counts = []
+        for turn in range(12):
+            await post_sse(client, PM, message_body(sid, f"turn {turn}"), graph.headers)
+            counts.append(await keys())
+        assert counts[-1] == counts[2], counts  # no growth per turn after the first ones
+    finally:
+        await redis.aclose()

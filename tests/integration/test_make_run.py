@@ -1,5 +1,5 @@
-"""`make run` starts the product on embedded defaults, and the README's curl example works
-as written (only the port is changed, as tests never bind 8000)."""
+"""`make run` starts the whole product on embedded defaults; `make chat` talks to it; the
+README's curl example works as written (only ports change: tests never bind 8000/8008)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from redis_local import free_port
-from vagent_shared.settings import GraphSettings
+from vagent_shared.settings import BotSettings, GraphSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+BIN = ROOT / ".venv" / "bin"
 
 
 def curl_blocks() -> list[str]:
@@ -31,65 +34,111 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_readme_documents_every_graph_setting() -> None:
-    for name in GraphSettings.model_fields:
+def test_readme_documents_every_setting() -> None:
+    for name in [*GraphSettings.model_fields, *BotSettings.model_fields]:
         assert f"| `{name}` |" in README, f"{name} is not documented in README.md"
 
 
-def test_make_run_and_the_readme_curl_conversation(tmp_path: Path) -> None:
-    http_port, redis_port = free_port(), free_port()
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL", "GRAPH_API_TOKEN"}
-    }
-    env.update(HTTP_PORT=str(http_port), REDIS_PORT=str(redis_port), VAGENT_DATA_DIR=str(tmp_path))
-    proc = subprocess.Popen(
-        ["make", "-s", "run"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    ports = {name: free_port() for name in ("HTTP_PORT", "REDIS_PORT", "SYNAPSE_PORT", "ACP_PORT",
+                                             "BOT_HEALTH_PORT")}
+    drop = {"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL", "GRAPH_API_TOKEN",
+            "MATRIX_HOMESERVER", "MATRIX_USER", "MATRIX_PASSWORD"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update({k: str(v) for k, v in ports.items()},
+               VAGENT_DATA_DIR=str(tmp_path_factory.mktemp("make-run")))
+    proc = subprocess.Popen(["make", "-s", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out = ""
+    deadline = time.monotonic() + 180
+    while "Ctrl-C stops everything" not in out:
+        assert proc.poll() is None and time.monotonic() < deadline, out
+        out += proc.stdout.readline()  # type: ignore[union-attr]
+    assert "offline model" in out and "@alice:localhost / alice-password" in out
+    yield ports
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     try:
-        out = ""
-        deadline = time.monotonic() + 120
-        while "Ctrl-C stops everything" not in out:
-            assert proc.poll() is None and time.monotonic() < deadline, out
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            out += line
-        assert "offline model" in out and "dev-token-change-me" in out
-        assert httpx.get(f"http://127.0.0.1:{http_port}/health").json()["status"] == "healthy"
-
-        first, second = curl_blocks()
-
-        def run(cmd: str) -> str:
-            return subprocess.run(
-                ["bash", "-c", cmd.replace("localhost:8000", f"127.0.0.1:{http_port}")],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout
-
-        asked = run(first)
-        assert "event: hitl_request" in asked and asked.rstrip().endswith("data: {}")
-        match = re.search(r"Delete (\d+) records older than 2020-01-01\?", asked)
-        assert match and int(match.group(1)) > 0
-        answered = run(second)
-        assert "event: progress" in answered and "event: text_chunk" in answered
-        assert f"Deleted {match.group(1)} records older than 2020-01-01." in answered
-        assert answered.rstrip().endswith("event: done\ndata: {}") or "event: done" in answered
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail("make run did not stop on Ctrl-C")
-    deadline = time.monotonic() + 10
-    while (port_open(http_port) or port_open(redis_port)) and time.monotonic() < deadline:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("make run did not stop on Ctrl-C")
+    deadline = time.monotonic() + 15
+    while any(port_open(p) for p in ports.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not port_open(http_port) and not port_open(redis_port), "Ctrl-C left something running"
+    assert not any(port_open(p) for p in ports.values()), "Ctrl-C left something running"
+
+
+def test_readme_curl_conversation(make_run: dict[str, int]) -> None:
+    port = make_run["HTTP_PORT"]
+    assert httpx.get(f"http://127.0.0.1:{port}/health").json()["status"] == "healthy"
+    first, second = curl_blocks()
+
+    def run(cmd: str) -> str:
+        return subprocess.run(["bash", "-c", cmd.replace("localhost:8000", f"127.0.0.1:{port}")],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+
+    asked = run(first)
+    assert "event: hitl_request" in asked and asked.rstrip().endswith("data: {}")
+    match = re.search(r"Delete (\d+) records older than 2020-01-01\?", asked)
+    assert match and int(match.group(1)) > 0
+    answered = run(second)
+    assert "event: progress" in answered and "event: text_chunk" in answered
+    assert f"Deleted {match.group(1)} records older than 2020-01-01." in answered
+    assert "event: done" in answered
+
+
+def chat(make_run: dict[str, int], tmp: Path, user: str, lines: list[tuple[str, str]],
+         timeout: float = 60) -> str:
+    """Drive `vagent-chat` like a person: type a line, wait until `expect` shows, type the next."""
+    env = {**os.environ, "CHAT_HOMESERVER": f"http://127.0.0.1:{make_run['SYNAPSE_PORT']}",
+           "CHAT_USER": f"@{user}:localhost", "CHAT_PASSWORD": f"{user}-password",
+           "CHAT_STORE": str(tmp / "chat")}
+    proc = subprocess.Popen([str(BIN / "vagent-chat")], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    received: list[bytes] = []
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        while chunk := os.read(proc.stdout.fileno(), 4096):
+            received.append(chunk)
+
+    threading.Thread(target=reader, daemon=True).start()
+
+    def text() -> str:
+        return b"".join(received).decode(errors="replace")
+
+    def wait(pattern: str, since: int, deadline: float) -> None:
+        while not re.search(pattern, text()[since:]):
+            assert proc.poll() is None and time.monotonic() < deadline, f"waited for {pattern!r}:\n{text()}"
+            time.sleep(0.05)
+
+    try:
+        wait("Type a message", 0, time.monotonic() + timeout)
+        for line, expect in lines:
+            start = len(text())
+            assert proc.stdin is not None
+            proc.stdin.write(line.encode() + b"\n")
+            proc.stdin.flush()
+            wait(expect, start, time.monotonic() + timeout)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # Ctrl-D
+        proc.wait(20)
+    return text()
+
+
+def test_make_chat_streams_answers_and_confirms_a_delete(make_run: dict[str, int], tmp_path: Path) -> None:
+    out = chat(make_run, tmp_path, "alice", [
+        ("how many records are older than 2020?", r"\(offline model\) records"),
+        ("delete records older than 2022", r"❓ Delete \d+ records older than 2022-01-01\? \(yes/no\)"),
+        ("maybe", r"Please answer yes or no"),
+        ("yes", r"Deleted \d+ records older than 2022-01-01\."),
+    ])
+    assert "vagent:" in out
+
+
+def test_make_chat_user_without_access_gets_nothing(make_run: dict[str, int], tmp_path: Path) -> None:
+    out = chat(make_run, tmp_path, "dave", [("hello?", r"")], timeout=30)
+    time.sleep(3)
+    assert "vagent:" not in out

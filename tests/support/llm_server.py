@@ -250,7 +250,9 @@ class ScriptedLLMServer:
         """Start serving and return once the socket accepts connections (idempotent)."""
         if self._thread is not None:
             return self
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP (not 0) so asyncio sets TCP_NODELAY on accepted connections; without it
+        # a keep-alive client waits ~40 ms for each answer (Nagle + delayed ACK).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(

@@ -92,6 +92,18 @@ async def find_or_create_dm(client: AsyncClient, bot: str) -> str:
     return str(resp.room_id)
 
 
+async def wait_for_bot(client: AsyncClient, room_id: str, bot: str, limit_s: float = 60) -> None:
+    """Messages can only be sent (and encrypted for the bot) once the bot has joined."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while loop.time() < deadline:
+        room = client.rooms.get(room_id)
+        if room is not None and bot in room.users and not client.should_query_keys:
+            return
+        await asyncio.sleep(0.2)
+    raise SystemExit(f"chat: {bot} did not join the DM within {limit_s:.0f} s; is `make run` running?")
+
+
 async def amain(args: argparse.Namespace) -> None:
     store = Path(args.store) / args.user.strip("@").replace(":", "_")
     store.mkdir(parents=True, exist_ok=True)
@@ -119,7 +131,8 @@ async def amain(args: argparse.Namespace) -> None:
     await client.sync(timeout=0, full_state=True)
     chat.room_id = await find_or_create_dm(client, args.bot)
     client.add_response_callback(chat.on_sync, SyncResponse)  # type: ignore[arg-type]
-    sync = asyncio.create_task(client.sync_forever(timeout=30_000, full_state=False))
+    sync = asyncio.create_task(client.sync_forever(timeout=1_000, full_state=False))
+    await wait_for_bot(client, chat.room_id, args.bot)
     print(
         f"{DIM}Logged in as {args.user}; talking to {args.bot} in an encrypted DM "
         f"({chat.room_id}). Type a message; Ctrl-D quits. Try: how many records are older than "

@@ -7,7 +7,7 @@ import contextlib
 import hmac
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +25,6 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
-from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -36,10 +34,11 @@ from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import stream_run
+from vagent_graph.session_lock import SessionBusy, SessionLock
+from vagent_graph.storage import prune_stale_writes
 from vagent_graph.tools import ToolRegistry, default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
-from vagent_shared import redis_keys
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.settings import GraphSettings
 from vagent_shared.wire import (
@@ -87,8 +86,9 @@ def _config(session_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
 
 
-class BodyLimitMiddleware:
-    """413 for bodies over the limit, announced or streamed, before anything parses them."""
+class RequestMiddleware:
+    """Per request: a fresh log context, 413 for bodies over the limit (announced or
+    streamed) before anything parses them, and the request metrics. Pure ASGI: cheap."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -103,7 +103,17 @@ class BodyLimitMiddleware:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await _too_large(send)
             return
-        seen = 0
+        seen, start, status, streaming = 0, time.perf_counter(), 500, False
+
+        async def sending(message: Message) -> None:
+            nonlocal status, streaming
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                streaming = any(
+                    k == b"content-type" and v.startswith(b"text/event-stream")
+                    for k, v in message.get("headers", [])
+                )
+            await send(message)
 
         async def limited() -> Message:
             nonlocal seen
@@ -113,7 +123,13 @@ class BodyLimitMiddleware:
                 raise api_error(413, "request_too_large", "The request body is too large.")
             return msg
 
-        await self.app(scope, limited, send)
+        try:
+            await self.app(scope, limited, sending)
+        finally:
+            endpoint = getattr(scope.get("route"), "path", "other")
+            metrics.REQUESTS.labels(endpoint, str(status)).inc()
+            if not streaming:  # a stream's duration is observed when it ends
+                metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
 
 
 async def _too_large(send: Send) -> None:
@@ -199,7 +215,7 @@ def create_app(
         "needs `Authorization: Bearer $GRAPH_API_TOKEN`.",
         lifespan=lifespan,
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_REQUEST_BYTES)
+    app.add_middleware(RequestMiddleware, max_bytes=settings.MAX_REQUEST_BYTES)
     bearer = HTTPBearer(auto_error=False, description="GRAPH_API_TOKEN")
 
     async def require_token(
@@ -245,45 +261,51 @@ def create_app(
             body.model_dump(), status_code=exc.status_code, headers=getattr(exc, "headers", None)
         )
 
-    @app.middleware("http")
-    async def _metrics(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "other")
-        metrics.REQUESTS.labels(endpoint, str(response.status_code)).inc()
-        if not isinstance(response, EventSourceResponse):
-            metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
-        return response
-
-    async def acquire(r: Runtime, session_id: str) -> Lock:
-        lock = r.redis.lock(
-            redis_keys.session_lock(session_id), timeout=r.settings.RUN_TIMEOUT_SECONDS + 60, blocking=False
-        )
+    async def acquire(r: Runtime, session_id: str) -> SessionLock:
         try:
-            got = await lock.acquire()
+            return await SessionLock.acquire(r.redis, session_id, r.settings.RUN_TIMEOUT_SECONDS + 60)
+        except SessionBusy:
+            raise api_error(
+                409, "session_busy", "This session is already answering another message."
+            ) from None
         except Exception as exc:
             log.error("redis_unavailable", error=str(exc))
             raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
-        if not got:
-            raise api_error(409, "session_busy", "This session is already answering another message.")
-        return lock
 
-    async def release(lock: Lock) -> None:
+    async def tidy(lock: SessionLock, outcome: SSEEvent | None) -> None:
+        """After a run: remember whether a question waits, bound the session's Redis bytes
+        (storage.py). Never fails the request."""
+        r: Runtime = app.state.rt
+        try:
+            if outcome is not None:
+                await lock.mark_question(
+                    isinstance(outcome, HitlRequest), r.settings.CHECKPOINT_TTL_MINUTES * 60
+                )
+            await prune_stale_writes(r.redis, r.checkpointer, lock.session_id)
+        except Exception as exc:
+            log.warning("prune_failed", error_type=type(exc).__name__)
+
+    async def release(lock: SessionLock) -> None:
         try:
             await lock.release()
-        except (LockError, Exception) as exc:  # expired or Redis gone: the TTL cleans up
+        except Exception as exc:  # Redis gone: the lock's TTL cleans up
             log.debug("lock_release_failed", error_type=type(exc).__name__)
 
     def sse(
-        endpoint: str, session_id: str, lock: Lock, events: Callable[[], AsyncGenerator[SSEEvent, None]]
+        endpoint: str,
+        session_id: str,
+        lock: SessionLock,
+        events: Callable[[], AsyncGenerator[SSEEvent, None]],
     ) -> EventSourceResponse:
         async def gen() -> AsyncIterator[ServerSentEvent]:
             start, first = time.perf_counter(), True
+            outcome: SSEEvent | None = None
             stream = events()
             with structlog.contextvars.bound_contextvars(session_id=session_id):
                 try:
                     async for ev in stream:
+                        if isinstance(ev, HitlRequest | TextFinal):
+                            outcome = ev
                         if first:
                             metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
                             first = False
@@ -294,6 +316,7 @@ def create_app(
                     # session unlocked even so, hence the shield (anyio re-cancels every await).
                     with anyio.CancelScope(shield=True):
                         await stream.aclose()
+                        await tidy(lock, outcome)
                         await release(lock)
                     metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
                     log.info(
@@ -341,12 +364,13 @@ def create_app(
             raise api_error(
                 422, "message_too_long", f"message: longer than {r.settings.MAX_MESSAGE_CHARS} characters."
             )
-        log.info("process_message", user_id=body.user_id, chars=len(body.message))
+        log.debug("process_message", user_id=body.user_id, chars=len(body.message))
         lock = await acquire(r, body.session_id)
 
         async def events() -> AsyncGenerator[SSEEvent, None]:
             try:
-                await close_stale_question(r, body.session_id)
+                if lock.question_may_be_pending:
+                    await close_stale_question(r, body.session_id)
             except Exception:
                 log.exception("close_stale_question_failed")
                 yield ErrorEvent(
@@ -413,10 +437,12 @@ def create_app(
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:
             try:
-                outcome = [ev async for ev in events()]
+                collected = [ev async for ev in events()]
             finally:
+                last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
+                await tidy(lock, last)
                 await release(lock)
-            return JSONResponse(_ack(outcome).model_dump())
+            return JSONResponse(_ack(collected).model_dump())
         return sse("submit_feedback", body.session_id, lock, events)
 
     @app.post(

@@ -145,8 +145,10 @@ class Workflow:
             return reply(f"Invalid arguments for {name}: {errs}", "error"), False
         ctx = ToolContext(ac=ac, session_id=session_id, records_db=d.records_db)
 
+        # A tool with its own `ask` decides (None: nothing to confirm, e.g. 0 rows to delete);
+        # other tools that need confirmation get a generic yes/no question.
         question = await tool.ask(args, ctx) if tool.ask else None
-        if question is None and d.agent.needs_confirmation(name, tool.requires_confirmation):
+        if tool.ask is None and d.agent.needs_confirmation(name, tool.requires_confirmation):
             question = Question(text=f"Run {name} with {args.model_dump_json()}?", options=["yes", "no"])
         answer: str | None = None
         if question is not None:

@@ -53,3 +53,7 @@ def bot_thread(room_id: str, thread_root: str) -> str:
     """Marks a thread the bot takes part in (it answers there without a mention)."""
     return f"bot:thread:{room_id}:{thread_root}"
 
+
+def graph_question_pending(session_id: str) -> str:
+    """Set by the graph while a run of the session waits for a human (a fast-path hint)."""
+    return f"graph:question_pending:{session_id}"

@@ -1,0 +1,729 @@
+#!/usr/bin/env python3
+"""Benchmark the graph service: what HTTP/SSE costs on top of the bare graph, and how much
+Redis one conversation holds as it grows.
+
+1. Latency. The same 20-chunk answer from a zero-delay OpenAI-compatible stand-in, measured
+   BARE (in-process ``graph.astream`` of a graph built exactly as the service builds it) and
+   SERVICE (``POST /api/v1/process_message`` to the real ``vagent-graph`` subprocess, SSE
+   read with httpx), sequentially and at ``--concurrency``. p50/p99 of time to the first
+   text and to the end; the service/bare ratio shows the overhead of the service layer.
+2. Redis. ``MEMORY USAGE`` summed over every key of ONE session after 10 and ``--turns``
+   turns, on a dedicated Redis, to show whether a session's footprint stays bounded.
+
+Everything runs locally: two Redis servers, the LLM stand-in (its own process, so it never
+competes with the measured code for the GIL) and the service, all on 127.0.0.1 free ports,
+torn down at the end or on Ctrl-C. A MISS never makes the exit code non-zero.
+
+    .venv/bin/python bench/bench_graph.py            # or: make bench-graph
+    .venv/bin/python bench/bench_graph.py --quick    # seconds, for smoke tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from multiprocessing.connection import Connection
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from redis.asyncio import Redis
+
+ROOT = Path(__file__).resolve().parent.parent
+for _p in (ROOT, ROOT / "scripts"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from redis_local import RedisServer, free_port  # noqa: E402
+from tests.support.factories import ac, message_body, new_session  # noqa: E402
+from tests.support.graph_process import GraphProcess  # noqa: E402
+from tests.support.llm_server import (  # noqa: E402
+    JSON,
+    PlannedResponse,
+    ScriptedLLMServer,
+    TextResponse,
+    split_text,
+)
+from vagent_graph.agent import load_descriptor  # noqa: E402
+from vagent_graph.app import open_runtime  # noqa: E402
+from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
+from vagent_graph.runner import STREAM_MODES  # noqa: E402
+from vagent_graph.tools import default_registry  # noqa: E402
+from vagent_graph.workflow import new_turn_input  # noqa: E402
+from vagent_shared import AcContext  # noqa: E402
+from vagent_shared.settings import GraphSettings  # noqa: E402
+
+#: 20 words; the stand-in streams it in exactly CHUNKS pieces (checked at start-up).
+ANSWER = (
+    "The records database holds twelve customers and thirty orders; "
+    "the largest order was placed on Tuesday by Ada in York."
+)
+CHUNKS = 20
+QUESTION = "What is in the records database?"
+PM = "/api/v1/process_message"
+RATIO_TARGET = 1.3
+REDIS_RATIO_TARGET = 2.0
+FIRST_CHECKPOINT = 10
+DEFAULTS: dict[str, int] = {"requests": 200, "concurrency": 20, "turns": 200, "warmup": 10}
+QUICK: dict[str, int] = {"requests": 10, "concurrency": 4, "turns": 12, "warmup": 3}
+#: Set by the SIGINT handler; errors after it are consequences of Ctrl-C, not failures.
+INTERRUPTED = threading.Event()
+#: The same user (all tools visible) for every request, so the LLM request carries tool schemas.
+USER_AC: AcContext = ac()
+
+
+class BenchError(RuntimeError):
+    """A request did not complete the way a normal answer does; the numbers would be wrong."""
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), so p99 of 200 samples is stable."""
+    s = sorted(values)
+    if not s:
+        return math.nan
+    pos = (len(s) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass
+class Sample:
+    """One request: seconds to the first text, seconds to the end, text items seen."""
+
+    first: float
+    total: float
+    chunks: int
+
+
+@dataclass
+class Phase:
+    """All measured requests of one mode at one concurrency."""
+
+    mode: str
+    concurrency: int
+    samples: list[Sample]
+    wall: float
+
+    def stats(self, attr: str) -> dict[str, float]:
+        """p50/p99/mean/min/max in milliseconds, as printed and stored."""
+        xs = [getattr(s, attr) * 1000 for s in self.samples]
+        return {
+            "p50": percentile(xs, 0.50),
+            "p99": percentile(xs, 0.99),
+            "mean": sum(xs) / len(xs),
+            "min": min(xs),
+            "max": max(xs),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The phase as stored in the results file."""
+        return {
+            "mode": self.mode,
+            "concurrency": self.concurrency,
+            "requests": len(self.samples),
+            "wall_s": self.wall,
+            "throughput_rps": len(self.samples) / self.wall if self.wall > 0 else 0.0,
+            "first_event_ms": self.stats("first"),
+            "total_ms": self.stats("total"),
+            "text_items_min": min(s.chunks for s in self.samples),
+            "text_items_max": max(s.chunks for s in self.samples),
+        }
+
+
+# --------------------------------------------------------------------- the LLM stand-in
+
+
+def answer_responder(request: JSON) -> PlannedResponse:
+    """Every chat completion gets the same 20-chunk text answer (no tool calls, no delay)."""
+    return TextResponse(ANSWER, chunks=CHUNKS)
+
+
+def disable_nagle(server: ScriptedLLMServer) -> bool:
+    """Set TCP_NODELAY on the stand-in's listening socket; accepted sockets inherit it (Linux).
+
+    Why: ScriptedLLMServer binds ``socket.socket(AF_INET, SOCK_STREAM)`` (proto 0), so asyncio
+    does not set TCP_NODELAY on accepted connections. On a keep-alive connection the response
+    body then waits for the client's delayed ACK of the header segment: ~40 ms per LLM call,
+    an artefact that would inflate BARE and SERVICE alike and hide the service's overhead.
+    Reaches into the private uvicorn server; returns False if that ever changes.
+    """
+    uv = getattr(server, "_server", None)
+    done = False
+    for srv in getattr(uv, "servers", None) or []:
+        for sock in srv.sockets:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            done = True
+    return done
+
+
+def _serve_llm(conn: Connection) -> None:
+    """Child process: run the stand-in until the parent says stop or goes away (EOF)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
+    server = ScriptedLLMServer(keep_alive=True).start()
+    try:
+        server.set_default(answer_responder)
+        conn.send((server.port, disable_nagle(server)))
+        with contextlib.suppress(EOFError, OSError):
+            conn.recv()
+    finally:
+        server.stop()
+
+
+def _warn_nagle(applied: bool) -> None:
+    """Say so when the numbers include the stand-in's ~40 ms delayed-ACK stall."""
+    if not applied:
+        print("   WARNING: could not set TCP_NODELAY on the LLM stand-in; expect ~40 ms per call")
+
+
+@contextlib.contextmanager
+def llm_standin(in_thread: bool) -> Iterator[tuple[str, bool]]:
+    """The stand-in's base URL and whether TCP_NODELAY could be set. A separate process by
+    default so that, in BARE mode, the measured graph does not share its GIL with the server
+    it is timing."""
+    if in_thread:
+        with ScriptedLLMServer(keep_alive=True) as server:
+            server.set_default(answer_responder)
+            nodelay = disable_nagle(server)
+            _warn_nagle(nodelay)
+            yield server.base_url, nodelay
+        return
+    ctx = multiprocessing.get_context("fork")  # no threads exist yet; spawn would re-import all
+    parent, child = ctx.Pipe()
+    sys.stdout.flush()
+    proc = ctx.Process(target=_serve_llm, args=(child,), name="llm-standin", daemon=True)
+    proc.start()
+    child.close()
+    try:
+        try:
+            if not parent.poll(15):
+                raise BenchError("the LLM stand-in did not start within 15 s")
+            port, nodelay = parent.recv()
+        except EOFError:
+            raise BenchError(f"the LLM stand-in exited (code {proc.exitcode})") from None
+        _warn_nagle(nodelay)
+        yield f"http://127.0.0.1:{int(port)}/v1", bool(nodelay)
+    finally:
+        with contextlib.suppress(OSError):
+            parent.send("stop")
+        parent.close()
+        proc.join(5)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+
+
+# ----------------------------------------------------------------------- graph building
+
+
+def settings_from_env(env: dict[str, str]) -> GraphSettings:
+    """GraphSettings exactly as the service subprocess will read them from `env`."""
+    values: dict[str, Any] = {name: env[name] for name in GraphSettings.model_fields if name in env}
+    return GraphSettings(**values)
+
+
+def run_config(session_id: str) -> RunnableConfig:
+    """The RunnableConfig the service uses for a run (vagent_graph.app._config)."""
+    return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
+
+
+@contextlib.asynccontextmanager
+async def service_like_graph(settings: GraphSettings) -> AsyncIterator[CompiledStateGraph[Any]]:
+    """The compiled graph exactly as the service's lifespan builds it (vagent_graph.app.open_runtime)."""
+    agent = load_descriptor(settings.AGENT_DESCRIPTOR)
+    chat_model = make_chat_model(settings, agent)
+    async with open_runtime(
+        settings, agent, default_registry(), chat_model, model_name(settings, agent)
+    ) as runtime:
+        yield runtime.graph
+
+
+def _text_of(message: Any) -> str:
+    """Text of a streamed message chunk (str content or content parts), as the runner reads it."""
+    if not isinstance(message, BaseMessage):
+        return ""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+
+
+# ------------------------------------------------------------------------- one request
+
+
+async def bare_request(graph: CompiledStateGraph[Any], session_id: str | None = None) -> Sample:
+    """One in-process run; first = first "messages" item with text, total = stream exhausted."""
+    cfg = run_config(session_id or new_session().format())
+    start = time.perf_counter()
+    first: float | None = None
+    chunks = 0
+    graph_input = new_turn_input(QUESTION, USER_AC)
+    async for mode, payload in graph.astream(graph_input, cfg, stream_mode=STREAM_MODES):
+        if mode == "messages" and _text_of(payload[0]):
+            chunks += 1
+            if first is None:
+                first = time.perf_counter() - start
+    total = time.perf_counter() - start
+    if first is None:
+        raise BenchError("bare run streamed no text")
+    return Sample(first, total, chunks)
+
+
+async def service_request(client: httpx.AsyncClient, headers: dict[str, str]) -> Sample:
+    """One POST; first = first `text_chunk` event, total = `done` event. Reads to EOF so the
+    connection goes back to the keep-alive pool."""
+    body = message_body(new_session(), QUESTION, USER_AC)
+    start = time.perf_counter()
+    first: float | None = None
+    total: float | None = None
+    chunks = 0
+    async with aconnect_sse(client, "POST", PM, json=body, headers=headers) as src:
+        if src.response.status_code != 200:
+            raise BenchError(f"HTTP {src.response.status_code}: {(await src.response.aread())[:300]!r}")
+        async for sse in src.aiter_sse():
+            if sse.event == "text_chunk":
+                chunks += 1
+                if first is None:
+                    first = time.perf_counter() - start
+            elif sse.event == "done":
+                total = time.perf_counter() - start
+            elif sse.event == "error":
+                raise BenchError(f"service answered an error event: {sse.data}")
+    if first is None or total is None:
+        raise BenchError("service stream ended without text or without done")
+    return Sample(first, total, chunks)
+
+
+async def run_phase(mode: str, request: Callable[[], Awaitable[Sample]], n: int, concurrency: int) -> Phase:
+    """`n` requests with exactly `concurrency` in flight (workers pull from one counter)."""
+    todo = iter(range(n))
+    samples: list[Sample] = []
+
+    async def worker() -> None:
+        for _ in todo:
+            samples.append(await request())
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, n))))
+    return Phase(mode, concurrency, samples, time.perf_counter() - start)
+
+
+async def warm_up(request: Callable[[], Awaitable[Sample]], n: int, concurrency: int) -> None:
+    """Unmeasured: imports, caches and (for `concurrency` > 1) pooled connections."""
+    await run_phase("warmup", request, n, 1)
+    if concurrency > 1:
+        await run_phase("warmup", request, concurrency, concurrency)
+
+
+# ------------------------------------------------------------------------ Redis memory
+
+
+@dataclass
+class MemoryPoint:
+    """What one session holds in Redis after `turns` turns."""
+
+    turns: int
+    bytes: int
+    keys: int
+    by_prefix: dict[str, dict[str, int]] = field(default_factory=dict)
+    other_keys: int = 0
+
+
+async def session_footprint(redis: Redis, session_id: str, turns: int) -> MemoryPoint:
+    """Sum MEMORY USAGE over every key naming the session. The checkpointer embeds the thread
+    id verbatim (`checkpoint:<tid>:`, `checkpoint_write:<tid>:__empty__:...`,
+    `write_keys_zset:<tid>:__empty__:shallow`); the Redis is dedicated, so a substring
+    match cannot pick up another session whose id merely starts the same way."""
+    tid = session_id.encode()
+    keys = [k async for k in redis.scan_iter(count=1000)]
+    mine = sorted(k for k in keys if tid in k)
+    point = MemoryPoint(turns=turns, bytes=0, keys=len(mine), other_keys=len(keys) - len(mine))
+    for i in range(0, len(mine), 500):
+        batch = mine[i : i + 500]
+        pipe = redis.pipeline(transaction=False)
+        for k in batch:
+            pipe.memory_usage(k, samples=0)  # 0 = every element of aggregates, not a sample
+        for k, used in zip(batch, await pipe.execute(), strict=True):
+            prefix = k.split(b":", 1)[0].decode()
+            slot = point.by_prefix.setdefault(prefix, {"keys": 0, "bytes": 0})
+            slot["keys"] += 1
+            slot["bytes"] += int(used or 0)
+            point.bytes += int(used or 0)
+    return point
+
+
+async def measure_memory(
+    service: GraphProcess, redis_url: str, turns: int, checkpoints: list[int]
+) -> list[MemoryPoint]:
+    """One session, `turns` turns (user message + normal 20-chunk answer) through the real
+    service over HTTP - what the service keeps is what counts - on a dedicated Redis; the
+    footprint is taken after each checkpoint turn."""
+    session = new_session()
+    points: list[MemoryPoint] = []
+    redis = Redis.from_url(redis_url)
+    try:
+        async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+            for turn in range(1, turns + 1):
+                body = message_body(session, f"{QUESTION} ({turn})", USER_AC)
+                async with aconnect_sse(client, "POST", PM, json=body, headers=service.headers) as src:
+                    if src.response.status_code != 200:
+                        raise BenchError(f"HTTP {src.response.status_code} on turn {turn}")
+                    async for _ in src.aiter_sse():
+                        pass
+                if turn in checkpoints:
+                    points.append(await session_footprint(redis, session.format(), turn))
+    finally:
+        await redis.aclose()
+    return points
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers depend on: cores, CPU, Python, library versions."""
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    versions = {}
+    for dist in (
+        "langgraph",
+        "langgraph-checkpoint-redis",
+        "langchain-openai",
+        "fastapi",
+        "uvicorn",
+        "sse-starlette",
+        "httpx",
+        "redis",
+    ):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[dist] = metadata.version(dist)
+    return {
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu": cpu,
+        "platform": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
+        "versions": versions,
+    }
+
+
+def verdict(ratio: float, target: float) -> str:
+    """PASS/MISS label; informational only, never the exit code."""
+    return "PASS" if ratio <= target else "MISS"
+
+
+def print_latency(phases: list[Phase]) -> list[dict[str, Any]]:
+    """Table of every phase, then the service/bare ratios per concurrency."""
+    print("\n1) Latency: bare graph.astream vs HTTP/SSE service, milliseconds")
+    print(
+        f"   {'mode':<8}{'conc':>5}{'n':>6}{'first p50':>11}{'first p99':>11}"
+        f"{'total p50':>11}{'total p99':>11}{'req/s':>9}"
+    )
+    for p in phases:
+        f, t = p.stats("first"), p.stats("total")
+        rps = len(p.samples) / p.wall if p.wall > 0 else 0.0
+        print(
+            f"   {p.mode:<8}{p.concurrency:>5}{len(p.samples):>6}{f['p50']:>11.2f}{f['p99']:>11.2f}"
+            f"{t['p50']:>11.2f}{t['p99']:>11.2f}{rps:>9.1f}"
+        )
+    ratios: list[dict[str, Any]] = []
+    by = {(p.mode, p.concurrency): p for p in phases}
+    for conc in sorted({p.concurrency for p in phases}):
+        bare, svc = by[("bare", conc)], by[("service", conc)]
+        r: dict[str, Any] = {"concurrency": conc, "target_p50": RATIO_TARGET}
+        for q in ("p50", "p99"):
+            for attr, name in (("first", "first_event"), ("total", "total")):
+                r[f"{name}_{q}"] = svc.stats(attr)[q] / bare.stats(attr)[q]
+        r["pass"] = r["first_event_p50"] <= RATIO_TARGET and r["total_p50"] <= RATIO_TARGET
+        ratios.append(r)
+    print(f"\n   service/bare ratios (target: at most {RATIO_TARGET:.2f} at p50)")
+    for r in ratios:
+        c = r["concurrency"]
+        for name, label in (("first_event", "first-event"), ("total", "total")):
+            print(
+                f"   service/bare p50 {label:<12} c={c:<3} {r[f'{name}_p50']:6.2f}x  "
+                f"{verdict(r[f'{name}_p50'], RATIO_TARGET)}"
+            )
+        print(
+            f"   service/bare p99 first-event  c={c:<3} {r['first_event_p99']:6.2f}x   "
+            f"total {r['total_p99']:.2f}x  (information)"
+        )
+    return ratios
+
+
+def print_memory(points: list[MemoryPoint]) -> dict[str, Any]:
+    """Bytes and keys of the session at each checkpoint, and the growth ratio."""
+    print("\n2) Redis held by ONE session (sum of MEMORY USAGE over its keys, dedicated Redis)")
+    for pt in points:
+        parts = ", ".join(f"{k} {v['keys']} keys/{v['bytes']:,} B" for k, v in sorted(pt.by_prefix.items()))
+        print(f"   redis bytes after {pt.turns:>4} turns: {pt.bytes:>11,} bytes in {pt.keys:>5} keys")
+        print(f"      ({parts})")
+        if pt.other_keys:
+            print(f"   ({pt.other_keys} keys not naming the session were ignored)")
+    first, last = points[0], points[-1]
+    ratio = last.bytes / first.bytes if first.bytes else math.nan
+    print(
+        f"   redis ratio {last.turns}/{first.turns} turns: {ratio:.2f}x  "
+        f"{verdict(ratio, REDIS_RATIO_TARGET)} (target: at most {REDIS_RATIO_TARGET:.2f}x); "
+        f"keys {first.keys} -> {last.keys}"
+    )
+    return {
+        "checkpoints": [asdict(p) for p in points],
+        "ratio": ratio,
+        "key_ratio": last.keys / first.keys if first.keys else math.nan,
+        "target": REDIS_RATIO_TARGET,
+        "pass": ratio <= REDIS_RATIO_TARGET,
+        "key_patterns": [
+            "checkpoint:<thread_id>:",
+            "checkpoint_write:<thread_id>:__empty__:<checkpoint_id>:<task_id>:<idx>",
+            "write_keys_zset:<thread_id>:__empty__:shallow",
+        ],
+    }
+
+
+# -------------------------------------------------------------------------------- main
+
+
+@dataclass
+class Config:
+    """Resolved options: explicit flag > --quick > default."""
+
+    requests: int
+    concurrency: int
+    turns: int
+    warmup: int
+    quick: bool
+    json_path: Path
+    log_level: str
+    llm_thread: bool
+
+    @property
+    def checkpoints(self) -> list[int]:
+        """Turns after which the footprint is taken: 10 (or fewer) and the last."""
+        return sorted({min(FIRST_CHECKPOINT, self.turns), self.turns})
+
+
+def parse_args(argv: Sequence[str] | None) -> Config:
+    """Command line -> Config; numbers must be positive."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = DEFAULTS
+    p.add_argument("--requests", type=int, help=f"measured requests per phase (default {d['requests']})")
+    p.add_argument("--concurrency", type=int, help=f"in-flight requests (default {d['concurrency']})")
+    p.add_argument("--turns", type=int, help=f"turns of the Redis session (default {d['turns']})")
+    p.add_argument("--warmup", type=int, help=f"unmeasured requests per mode (default {d['warmup']})")
+    p.add_argument("--quick", action="store_true", help="tiny numbers for a smoke test: " + str(QUICK))
+    p.add_argument("--json", type=Path, help="results file (default bench/results/graph-<timestamp>.json)")
+    p.add_argument("--log-level", default="INFO", help="the service's LOG_LEVEL (default INFO, as deployed)")
+    p.add_argument(
+        "--llm-thread", action="store_true", help="run the LLM stand-in in a thread of this process"
+    )
+    a = p.parse_args(argv)
+    base = QUICK if a.quick else DEFAULTS
+    vals = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
+    for k, v in vals.items():
+        if v < (0 if k == "warmup" else 1):
+            p.error(f"--{k} must be positive")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Config(
+        **vals,
+        quick=a.quick,
+        json_path=a.json or ROOT / "bench" / "results" / f"graph-{stamp}.json",
+        log_level=a.log_level,
+        llm_thread=a.llm_thread,
+    )
+
+
+async def latency_benchmark(cfg: Config, settings: GraphSettings, service: GraphProcess) -> list[Phase]:
+    """Bare and service, sequential then concurrent, interleaved so drift hits both."""
+    phases: list[Phase] = []
+    limits = httpx.Limits(max_connections=cfg.concurrency + 5, max_keepalive_connections=cfg.concurrency + 5)
+    async with (
+        service_like_graph(settings) as graph,
+        httpx.AsyncClient(base_url=service.url, timeout=60, limits=limits) as client,
+    ):
+
+        async def bare() -> Sample:
+            return await bare_request(graph)
+
+        async def svc() -> Sample:
+            return await service_request(client, service.headers)
+
+        print(f"   warm-up: {cfg.warmup} sequential + {cfg.concurrency} concurrent per mode...", flush=True)
+        await warm_up(bare, cfg.warmup, cfg.concurrency)
+        await warm_up(svc, cfg.warmup, cfg.concurrency)
+        for conc in sorted({1, cfg.concurrency}):
+            for mode, fn in (("bare", bare), ("service", svc)):
+                print(f"   measuring {mode} at concurrency {conc} ({cfg.requests} requests)...", flush=True)
+                phases.append(await run_phase(mode, fn, cfg.requests, conc))
+    return phases
+
+
+def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
+    """A local Redis 8 (search + JSON) on a free loopback port, stopped with the stack."""
+    server = RedisServer(free_port(), data_dir)
+    stack.callback(server.stop)
+    return server.start()
+
+
+async def measure_all(
+    cfg: Config, settings: GraphSettings, mem_service: GraphProcess, mem_redis_url: str, service: GraphProcess
+) -> tuple[list[Phase], list[dict[str, Any]], list[MemoryPoint]]:
+    """Both parts in ONE event loop: langchain_openai caches its httpx client per process, and
+    a pooled connection must not outlive the loop that opened it."""
+    main_task = asyncio.current_task()
+
+    def interrupt() -> None:
+        INTERRUPTED.set()
+        if main_task is not None:
+            main_task.cancel()  # unwinds every request cleanly, unlike a KeyboardInterrupt mid-await
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupt)
+    phases = await latency_benchmark(cfg, settings, service)
+    ratios = print_latency(phases)
+    print(f"\n   measuring the Redis footprint of one session over {cfg.turns} turns...", flush=True)
+    points = await measure_memory(mem_service, mem_redis_url, cfg.turns, cfg.checkpoints)
+    return phases, ratios, points
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Start everything, measure, tear everything down (ExitStack: also on Ctrl-C)."""
+    if len(split_text(ANSWER, CHUNKS)) != CHUNKS:
+        raise BenchError(f"ANSWER does not split into exactly {CHUNKS} chunks")
+    info = machine_info()
+    started = datetime.now(UTC)
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-graph-")))
+        redis = start_redis(stack, tmp / "redis")
+        mem_redis = start_redis(stack, tmp / "redis-memory")  # dedicated: only the measured session
+        llm_url, nodelay = stack.enter_context(llm_standin(cfg.llm_thread))
+        service = GraphProcess(redis.url, tmp / "graph", llm_url, LOG_LEVEL=cfg.log_level)
+        settings = settings_from_env(service.env)
+        conf = {
+            "requests": cfg.requests,
+            "concurrency": cfg.concurrency,
+            "turns": cfg.turns,
+            "redis_checkpoints": cfg.checkpoints,
+            "warmup": cfg.warmup,
+            "quick": cfg.quick,
+            "answer_words": len(ANSWER.split()),
+            "answer_chunks": CHUNKS,
+            "llm_standin": "thread of the bench process" if cfg.llm_thread else "separate process",
+            "llm_tcp_nodelay": nodelay,
+            "service_log_level": cfg.log_level,
+            "model": settings.LLM_MODEL,
+            "checkpoint_ttl_minutes": settings.CHECKPOINT_TTL_MINUTES,
+        }
+        print_header(info, conf, started)
+        stack.callback(service.stop)  # registered first: start() may fail half-way
+        service.start()
+        mem_service = GraphProcess(mem_redis.url, tmp / "graph-memory", llm_url, LOG_LEVEL=cfg.log_level)
+        stack.callback(mem_service.stop)
+        mem_service.start()
+        try:
+            phases, ratios, points = asyncio.run(
+                measure_all(cfg, settings, mem_service, mem_redis.url, service)
+            )
+        except Exception:
+            if not INTERRUPTED.is_set():
+                print(
+                    "\n--- last lines of the service log ---\n" + "\n".join(service.logs().splitlines()[-30:])
+                )
+            raise
+        memory = print_memory(points)
+    return {
+        "schema": 1,
+        "started": started.isoformat(),
+        "seconds": (datetime.now(UTC) - started).total_seconds(),
+        "machine": info,
+        "config": conf,
+        "latency": [p.to_json() for p in phases],
+        "ratios": ratios,
+        "redis": memory,
+    }
+
+
+def print_header(info: dict[str, Any], conf: dict[str, Any], started: datetime) -> None:
+    """Machine and configuration first, so a pasted result explains itself."""
+    print(f"vagent graph benchmark - {started:%Y-%m-%d %H:%M:%S} UTC")
+    cpu = info["cpu"] or "unknown CPU"
+    print(f"   machine : {info['cores']} cores ({info['usable_cores']} usable), {cpu}")
+    print(f"   system  : {info['platform']}, load {', '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}")
+    print(f"   python  : {info['python']}")
+    print("   versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    print(
+        f"   config  : {conf['requests']} requests per phase at concurrency 1 and {conf['concurrency']}, "
+        f"warm-up {conf['warmup']}; answer {conf['answer_words']} words in {conf['answer_chunks']} chunks, "
+        f"zero delay (TCP_NODELAY {'set' if conf['llm_tcp_nodelay'] else 'NOT set'})"
+    )
+    print(
+        f"             LLM stand-in in a {conf['llm_standin']}; "
+        f"service LOG_LEVEL={conf['service_log_level']}; "
+        f"Redis session over {conf['turns']} turns (checkpoints {conf['redis_checkpoints']})"
+    )
+
+
+def _raise_exit(signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM -> SystemExit so every `finally` and the ExitStack still tear down."""
+    raise SystemExit(128 + signum)
+
+
+def _on_sigint(_signum: int, _frame: FrameType | None) -> None:
+    """Ctrl-C outside the event loop (inside it, measure_all cancels its task instead). It
+    reaches the service subprocess too (same process group), so a request may fail with a
+    connection error first: remember it was Ctrl-C."""
+    INTERRUPTED.set()
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit 0 after a complete run, MISS or not; 130 on Ctrl-C, 1 when a run fails."""
+    cfg = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGINT, _on_sigint)  # asyncio.run keeps a handler that is not the default
+    try:
+        results = run(cfg)
+    except BaseException as exc:
+        if INTERRUPTED.is_set() or isinstance(exc, KeyboardInterrupt):
+            print("\ninterrupted; everything started was stopped", file=sys.stderr)
+            return 130
+        if isinstance(exc, BenchError):
+            print(f"\nbenchmark failed: {exc}", file=sys.stderr)
+            return 1
+        raise
+    cfg.json_path.parent.mkdir(parents=True, exist_ok=True)
+    cfg.json_path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nresults: {cfg.json_path}  ({results['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

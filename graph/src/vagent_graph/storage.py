@@ -1,0 +1,39 @@
+"""Keep a session's Redis footprint flat.
+
+The shallow Redis checkpointer keeps only the latest checkpoint, but (langgraph-checkpoint-redis
+0.5.x) never deletes the pending-write keys of the checkpoints before it, nor their entries in
+the thread's write-key sorted set: ~7 keys and ~10 KB more per turn. After each run, while the
+session is still locked, the writes that do not belong to the latest checkpoint are removed.
+"""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
+from langgraph.checkpoint.redis.util import to_storage_safe_str
+from redis.asyncio import Redis
+
+
+def write_keys_zset(thread_id: str, checkpoint_ns: str = "") -> str:
+    return f"write_keys_zset:{thread_id}:{to_storage_safe_str(checkpoint_ns)}:shallow"
+
+
+def checkpoint_id_of_write_key(key: str) -> str:
+    """`checkpoint_write:{thread}:{ns}:{checkpoint_id}:{task_id}:{idx}` -> checkpoint_id."""
+    return key.rsplit(":", 3)[1]
+
+
+async def prune_stale_writes(redis: Redis, saver: AsyncShallowRedisSaver, thread_id: str) -> int:
+    """Delete pending writes of superseded checkpoints; returns how many keys went."""
+    latest = await saver.aget_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    if latest is None:
+        return 0
+    current = str(latest.config["configurable"]["checkpoint_id"])
+    zset = write_keys_zset(thread_id)
+    members = [m.decode() if isinstance(m, bytes) else str(m) for m in await redis.zrange(zset, 0, -1)]
+    stale = [m for m in members if checkpoint_id_of_write_key(m) != current]
+    if stale:
+        async with redis.pipeline(transaction=True) as p:
+            p.delete(*stale)
+            p.zrem(zset, *stale)
+            await p.execute()
+    return len(stale)

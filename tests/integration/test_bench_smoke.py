@@ -1,0 +1,75 @@
+"""`bench/bench_graph.py --quick` runs end to end and reports every figure.
+
+Why: the benchmark is run rarely and by hand, so without this it would rot unnoticed. It
+checks that the numbers exist and are sane, never how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK_CONCURRENCY = 4
+QUICK_REQUESTS = 10
+QUICK_TURNS = (10, 12)
+VERDICT = r"(PASS|MISS)"
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
+def test_bench_graph_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "graph.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_graph.py"), "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    stdout = proc.stdout
+
+    for conc in (1, QUICK_CONCURRENCY):
+        for label in ("first-event", "total"):
+            line = rf"service/bare p50 {label}\s+c={conc}\s+\d+\.\d+x\s+{VERDICT}"
+            assert re.search(line, stdout), f"missing p50 ratio line {line!r}:\n{stdout}"
+    first, last = QUICK_TURNS
+    for turns in QUICK_TURNS:
+        assert re.search(rf"redis bytes after\s+{turns} turns:\s+[\d,]+ bytes in\s+\d+ keys", stdout), stdout
+    assert re.search(rf"redis ratio {last}/{first} turns: \d+\.\d+x\s+{VERDICT}", stdout), stdout
+
+    results = json.loads(out.read_text())
+    assert {"machine", "config", "latency", "ratios", "redis"} <= results.keys()
+    assert _positive(results["machine"]["cores"])
+    assert results["config"]["llm_tcp_nodelay"] is True
+
+    phases = {(p["mode"], p["concurrency"]): p for p in results["latency"]}
+    assert set(phases) == {(m, c) for m in ("bare", "service") for c in (1, QUICK_CONCURRENCY)}
+    for phase in phases.values():
+        assert phase["requests"] == QUICK_REQUESTS
+        assert _positive(phase["throughput_rps"])
+        for metric in ("first_event_ms", "total_ms"):
+            assert all(_positive(phase[metric][k]) for k in ("p50", "p99", "mean", "min", "max")), phase
+        # the stand-in's answer arrives as exactly 20 text pieces, in-process and over SSE
+        assert phase["text_items_min"] == phase["text_items_max"] == 20, phase
+
+    assert [r["concurrency"] for r in results["ratios"]] == [1, QUICK_CONCURRENCY]
+    for ratio in results["ratios"]:
+        for key in ("first_event_p50", "total_p50", "first_event_p99", "total_p99"):
+            assert _positive(ratio[key]), ratio
+        assert isinstance(ratio["pass"], bool)
+
+    redis = results["redis"]
+    assert [p["turns"] for p in redis["checkpoints"]] == list(QUICK_TURNS)
+    for point in redis["checkpoints"]:
+        assert _positive(point["bytes"]) and _positive(point["keys"]), point
+        assert point["other_keys"] == 0, point  # the dedicated Redis holds only this session
+    assert _positive(redis["ratio"])
+    assert isinstance(redis["pass"], bool)
