@@ -145,7 +145,8 @@ def main() -> int:
             for name in DEMO_USERS:
                 synapse.register_user(name, f"{name}-password")
             say(
-                f"run: Synapse (throwaway homeserver 'localhost') on {synapse.url}, data in {DATA / 'synapse'}"
+                f"run: Synapse (throwaway homeserver 'localhost') on {synapse.url}, "
+                f"data in {DATA / 'synapse'}"
             )
         elif not (env.get("MATRIX_PASSWORD") or env.get("MATRIX_ACCESS_TOKEN")):
             raise SystemExit(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import DOMAIN, Stack
+from tests.support.graph_process import TOKEN
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient, Msg
 
@@ -294,3 +295,49 @@ async def test_failures_are_told_once_and_the_session_stays_usable(
     await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: third")
     warnings = [m for m in await alice.messages_from(stack.users.bot, room) if m.body.startswith("⚠️")]
     assert len(warnings) == 2
+
+
+async def test_invites_tenants_health_and_clean_shutdown(
+    stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    import httpx
+
+    main = stack.bots[0]
+    main.stop()
+    strict = stack.new_bot("bot", INVITE_ALLOWLIST=stack.users.alice, DEFAULT_DOMAIN="").start()
+    try:
+        # only alice may invite the bot: bob's invite is declined
+        bobs = await bob.create_room([stack.users.bot], "bob's room", state=TENANT)
+        await bob.wait_for(
+            lambda e: (
+                e.room_id == bobs
+                and e.type == "m.room.member"
+                and e.state_key == stack.users.bot
+                and e.content.get("membership") == "leave"
+            )
+        )
+        # a DM has no tenant state event and no DEFAULT_DOMAIN is set: silence
+        dm = await dm_with_bot(alice, stack)
+        await alice.send(dm, "hello from a room without a tenant")
+        await alice.assert_no_message_from(stack.users.bot, dm, within=2)
+        assert "no_tenant_domain" in strict.logs()
+        # a room with the tenant event works
+        room = await alice.create_room([stack.users.bot], "tenant room", state=TENANT)
+        await alice.wait_joined(room, stack.users.bot)
+        await alice.send(room, "hi")
+        await alice.wait_for_reply(stack.users.bot, room, said("hi"))
+        port = strict.env["BOT_HEALTH_PORT"]
+        health = await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/health", timeout=10)
+        assert health.status_code == 200
+        assert health.json()["checks"] == {"sync": True, "redis": True, "graph": True}
+        metrics = (await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/metrics", timeout=10)).text
+        assert 'vagent_bot_events_total{outcome="answered"}' in metrics
+    finally:
+        code = strict.stop()
+        stack.bots.remove(strict)
+        main.start()
+    assert code == 0  # SIGTERM: a clean stop
+    logs = strict.logs()
+    assert "bot_stopped" in logs
+    for secret in (stack.users.passwords[stack.users.bot], TOKEN):
+        assert secret not in logs

@@ -55,6 +55,8 @@ log = structlog.get_logger(__name__)
 BUSY_RETRY_SECONDS = 120.0
 BACKFILL_PAGES = 10
 THREAD_MARK_TTL = 30 * 24 * 3600
+UNDECRYPTED_KEEP_SECONDS = 600
+UNDECRYPTED_MAX = 500
 
 
 class VagentBot:
@@ -77,6 +79,7 @@ class VagentBot:
         self._skip_history = False
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._undecrypted: list[tuple[str, MegolmEvent, float]] = []
 
     @property
     def me(self) -> str:
@@ -152,10 +155,26 @@ class VagentBot:
                         self._dispatch(room_id, event)
                     else:
                         metrics.EVENTS.labels("duplicate").inc()
+        self._retry_decryption()
         await self.redis.set(redis_keys.sync_token(self.me), resp.next_batch)
         self.last_sync = time.time()
         metrics.LAST_SYNC.set(self.last_sync)
         metrics.SYNC_SECONDS.observe(time.perf_counter() - started)
+
+    def _retry_decryption(self) -> None:
+        """Events whose room key came with a later sync are handled then (for 10 minutes)."""
+        waiting, self._undecrypted = self._undecrypted, []
+        for room_id, event, since in waiting:
+            try:
+                decrypted = self.client.decrypt_event(event)
+            except Exception:
+                decrypted = None
+            if decrypted is not None and not isinstance(decrypted, MegolmEvent):
+                log.info("decrypted_late", room_id=room_id, event_id=event.event_id)
+                self._dispatch(room_id, decrypted)
+            elif time.time() - since < UNDECRYPTED_KEEP_SECONDS:
+                self._undecrypted.append((room_id, event, since))
+        del self._undecrypted[:-UNDECRYPTED_MAX]
 
     async def _claim(self, event_ids: list[str]) -> list[bool]:
         """Exactly once across restarts and processes: the first SET NX wins."""
@@ -201,8 +220,11 @@ class VagentBot:
             metrics.EVENTS.labels("own").inc()
             return
         if isinstance(event, MegolmEvent):
+            # its room key may arrive later (nio never retries): keep it and ask for the key
             metrics.EVENTS.labels("undecryptable").inc()
             log.warning("undecryptable_event", room_id=room_id, event_id=event.event_id)
+            self._undecrypted.append((room_id, event, time.time()))
+            self._spawn(self.client.request_room_key(event))
             return
         etype = src.get("type")
         if etype == "m.reaction":

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -161,6 +162,7 @@ async def amain(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.ERROR)  # nio's key-sharing chatter is not for a chat window
     p = argparse.ArgumentParser(description="Talk to vagent from a terminal.")
     p.add_argument("--homeserver", default=os.environ.get("CHAT_HOMESERVER", "http://127.0.0.1:8008"))
     p.add_argument("--user", default=os.environ.get("CHAT_USER", "@alice:localhost"))
