@@ -182,19 +182,90 @@ async def test_restart_mid_conversation_loses_nothing_answers_once(
 ) -> None:
     room = await dm_with_bot(alice, stack)
     await alice.send(room, "before restart")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: before restart")
-    bot = stack.bots[0]
-    bot.kill()
-    for i in range(3):
+    await alice.wait_for_reply(stack.users.bot, room, said("before restart"))
+    main = stack.bots[0]
+    main.kill()  # a crash: no goodbye
+    for i in range(12):
         await alice.send(room, f"while down {i}")
-    bot.start()
-    for i in range(3):
-        await alice.wait_for_reply(stack.users.bot, room, said(f"while down {i}"), timeout=30)
-    await asyncio.sleep(1.5)
-    bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
-    assert sorted(bodies) == sorted(
-        ["You said: before restart"] + [f"You said: while down {i}" for i in range(3)]
-    )
+    # the same store (same device), and a small sync timeline so the backlog arrives `limited`
+    revived = stack.new_bot("bot", SYNC_TIMELINE_LIMIT="5").start()
+    try:
+        for i in range(12):
+            await alice.wait_for_reply(stack.users.bot, room, said(f"while down {i}"), timeout=40)
+        await asyncio.sleep(1.5)
+        bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+        expected = ["You said: before restart"] + [f"You said: while down {i}" for i in range(12)]
+        assert sorted(bodies) == sorted(expected)  # none lost, none answered twice
+        logs = revived.logs()
+        assert '"method": "restored"' in logs  # the device was reused, not a new login
+        assert '"event": "backfilled"' in logs
+    finally:
+        revived.stop()
+        stack.bots.remove(revived)
+        main.start()
+
+
+async def test_first_ever_start_does_not_answer_old_history(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    newbot_pw = "newbot-password"
+    newbot = await asyncio.to_thread(stack.synapse.register_user, f"newbot{id(tmp_path) % 100000}", newbot_pw)
+    # the bot's account is already in the room and history exists before it ever runs
+    as_bot = await HumanClient.login(stack.synapse.url, newbot, newbot_pw, tmp_path / "as-bot", False)
+    await as_bot.start_sync()
+    dm = await alice.create_dm(newbot)
+    await as_bot.close()
+    await alice.send(dm, "old message before the bot ever ran")
+    env = {"MATRIX_USER": newbot, "MATRIX_PASSWORD": newbot_pw}
+    bot = stack.new_bot("newbot", **env).start()
+    try:
+        await asyncio.sleep(2)
+        await alice.send(dm, "new message")
+        await alice.wait_for_reply(newbot, dm, said("new message"))
+        bodies = [m.body for m in await alice.messages_from(newbot, dm)]
+        assert bodies == ["You said: new message"]
+    finally:
+        bot.stop()
+        stack.bots.remove(bot)
+
+
+async def test_expired_question_makes_the_next_message_a_new_request(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    from redis.asyncio import Redis
+
+    from vagent_shared import redis_keys
+
+    room = await dm_with_bot(alice, stack)
+    before = older_than(stack, "2021-01-01")
+    llm.push_tool_calls([("delete_records", {"older_than": "2021-01-01"})])
+    await alice.send(room, "delete records older than 2021")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    redis = Redis.from_url(stack.redis_url)
+    sid = f"{room}:main:{stack.users.alice}"
+    await redis.delete(redis_keys.hitl_pending(sid))  # what the question's TTL does
+    await redis.aclose()
+    await alice.send(room, "yes")
+    await alice.wait_for_reply(stack.users.bot, room, said("yes"))  # a new request, not an approval
+    assert older_than(stack, "2021-01-01") == before
+    msgs = llm.requests[-1]["messages"]
+    results = [m["content"] for m in msgs if m["role"] == "tool"]
+    assert results and results[0].startswith("Cancelled")  # the stale tool call was closed
+
+
+async def test_long_answer_is_split_into_several_messages(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    paragraphs = [f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 40 for i in range(12)]
+    text = "\n\n".join(paragraphs)  # ~13 KB
+    llm.push_text(text, chunks=20)
+    await alice.send(room, "write a book")
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: "Paragraph 11" in m.body, 30)
+    await asyncio.sleep(1)
+    parts = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+    assert len(parts) >= 2
+    assert "".join(parts).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
 
 
 async def test_two_bot_processes_answer_each_message_exactly_once(

@@ -101,7 +101,7 @@ class VagentBot:
             sync = asyncio.create_task(
                 self.client.sync_forever(
                     timeout=30_000,
-                    sync_filter=matrix.SYNC_FILTER,
+                    sync_filter=matrix.sync_filter(self.s.SYNC_TIMELINE_LIMIT),
                     since=since.decode() if isinstance(since, bytes) else since,
                     full_state=True,
                 )
@@ -259,6 +259,7 @@ class VagentBot:
 
     async def _handle_message(self, msg: IncomingMessage) -> None:
         sid = session_for(msg)
+        structlog.contextvars.bind_contextvars(session_id=sid.format(), event_id=msg.event_id)
         is_dm = self._is_dm(msg.room_id)
         replied_to = None
         if msg.in_reply_to and not is_dm:
@@ -413,6 +414,7 @@ class VagentBot:
         reply_to: str | None,
         sent_at: float,
     ) -> None:
+        structlog.contextvars.bind_contextvars(session_id=pending.session_id)
         access = await self._check_access(room_id, user_id)
         if access is None:
             return

@@ -23,17 +23,18 @@ from vagent_shared.settings import BotSettings
 log = structlog.get_logger(__name__)
 
 CREDENTIALS_FILE = "credentials.json"
-#: Sync filter: a large timeline so bursts are not silently cut to 10 events per room.
-SYNC_FILTER: dict[str, Any] = {
-    "room": {
-        "timeline": {"limit": 100},
-        "state": {"lazy_load_members": True},
-        "ephemeral": {"not_types": ["*"]},
+def sync_filter(timeline_limit: int) -> dict[str, Any]:
+    """A large timeline so bursts are not silently cut to 10 events per room."""
+    return {
+        "room": {
+            "timeline": {"limit": timeline_limit},
+            "state": {"lazy_load_members": True},
+            "ephemeral": {"not_types": ["*"]},
+            "account_data": {"not_types": ["*"]},
+        },
+        "presence": {"not_types": ["*"]},
         "account_data": {"not_types": ["*"]},
-    },
-    "presence": {"not_types": ["*"]},
-    "account_data": {"not_types": ["*"]},
-}
+    }
 
 
 class MatrixLoginError(RuntimeError):
