@@ -346,16 +346,19 @@ class VagentBot:
 
     def _answer_for(self, msg: IncomingMessage, reply_to: str | None = None) -> Answer:
         """In the user's thread if they wrote in one, else as a reply to their message."""
+        return self._new_answer(msg.room_id, msg.thread_root, reply_to or msg.event_id)
+
+    def _new_answer(self, room_id: str, thread_root: str | None, reply_to: str | None) -> Answer:
+        throttle = EditThrottle(
+            self.s.EDIT_FIRST_DELAY_SECONDS, self.s.EDIT_MAX_INTERVAL_SECONDS, max_edits=self.s.EDIT_MAX_COUNT
+        )
         return Answer(
             self.client,
-            msg.room_id,
-            thread_root=msg.thread_root,
-            reply_to=reply_to or msg.event_id,
-            throttle=EditThrottle(
-                self.s.EDIT_FIRST_DELAY_SECONDS,
-                self.s.EDIT_MAX_INTERVAL_SECONDS,
-                max_edits=self.s.EDIT_MAX_COUNT,
-            ),
+            room_id,
+            thread_root=thread_root,
+            reply_to=reply_to,
+            throttle=throttle,
+            hold_seconds=self.s.STREAM_HOLD_SECONDS,
         )
 
     async def _command(self, name: str, sid: SessionId, answer: Answer) -> None:
@@ -388,13 +391,7 @@ class VagentBot:
             if await self._check_access(msg.room_id, msg.sender) is None:
                 return
             metrics.HITL.labels("invalid_answer").inc()
-            target = Answer(
-                self.client,
-                msg.room_id,
-                thread_root=pending.thread_root,
-                reply_to=msg.event_id,
-                throttle=EditThrottle(),
-            )
+            target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
             options = " or ".join(pending.options) if pending.options else "an answer"
             await target.notice(
                 f"Please answer {options}. {format_question(pending.question, pending.options)}"
@@ -428,17 +425,7 @@ class VagentBot:
             interrupt_id=pending.interrupt_id,
             ac_context=access.ac,
         )
-        target = Answer(
-            self.client,
-            room_id,
-            thread_root=pending.thread_root,
-            reply_to=reply_to or pending.reply_to,
-            throttle=EditThrottle(
-                self.s.EDIT_FIRST_DELAY_SECONDS,
-                self.s.EDIT_MAX_INTERVAL_SECONDS,
-                max_edits=self.s.EDIT_MAX_COUNT,
-            ),
-        )
+        target = self._new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
         await self._converse(
             SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
         )
@@ -468,7 +455,7 @@ class VagentBot:
         """Stream one graph run into Matrix; every failure ends in one short message."""
         if sid.thread_id:
             await self.redis.set(redis_keys.bot_thread(sid.room_id, sid.thread_id), "1", ex=THREAD_MARK_TTL)
-        answer.start_typing()
+        answer.start_typing(after_seconds=self.s.TYPING_DELAY_SECONDS)
         metrics.ACTIVE_RUNS.inc()
         try:
             deadline = time.monotonic() + BUSY_RETRY_SECONDS

@@ -57,8 +57,11 @@ class FloodControl:
         """
         member = secrets.token_hex(8)  # unique, so two messages in the same instant both count
         args: list[str | int] = [
-            "" if now is None else repr(float(now)), repr(float(self.window_seconds)),
-            self.max_messages, member, self._ttl_ms,
+            "" if now is None else repr(float(now)),
+            repr(float(self.window_seconds)),
+            self.max_messages,
+            member,
+            self._ttl_ms,
         ]
         allowed = bool(await self._script(keys=[redis_keys.flood(user_id)], args=args))
         if not allowed:

@@ -23,6 +23,8 @@ from vagent_shared.settings import BotSettings
 log = structlog.get_logger(__name__)
 
 CREDENTIALS_FILE = "credentials.json"
+
+
 def sync_filter(timeline_limit: int) -> dict[str, Any]:
     """A large timeline so bursts are not silently cut to 10 events per room."""
     return {

@@ -6,15 +6,21 @@ from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS = Counter("vagent_bot_events_total", "Matrix events seen, by outcome", ["outcome"])
 ACCESS = Counter("vagent_bot_access_decisions_total", "Agent access decisions", ["decision"])
-ACP_ERRORS = Counter("vagent_bot_acp_errors_total", "AccessControlProvider failures (fail closed)",
-                     ["kind"])
+ACP_ERRORS = Counter("vagent_bot_acp_errors_total", "AccessControlProvider failures (fail closed)", ["kind"])
 ACP_SECONDS = Histogram("vagent_bot_acp_request_seconds", "AccessControlProvider latency")
-GRAPH_REQUESTS = Counter("vagent_bot_graph_requests_total", "Calls to the graph service",
-                         ["endpoint", "outcome"])
-ANSWER_SECONDS = Histogram("vagent_bot_answer_seconds", "From message to final edit",
-                           buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
-FIRST_REPLY_SECONDS = Histogram("vagent_bot_first_reply_seconds", "From message to first reply",
-                                buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+GRAPH_REQUESTS = Counter(
+    "vagent_bot_graph_requests_total", "Calls to the graph service", ["endpoint", "outcome"]
+)
+ANSWER_SECONDS = Histogram(
+    "vagent_bot_answer_seconds",
+    "From message to final edit",
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+FIRST_REPLY_SECONDS = Histogram(
+    "vagent_bot_first_reply_seconds",
+    "From message to first reply",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 EDITS = Counter("vagent_bot_edits_total", "Message edits sent", ["outcome"])
 HITL = Counter("vagent_bot_hitl_total", "Human-in-the-loop events", ["event"])
 FLOOD_REJECTED = Counter("vagent_bot_flood_rejected_total", "Messages refused by flood control")

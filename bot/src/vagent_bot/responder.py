@@ -29,8 +29,13 @@ class Answer:
         thread_root: str | None,
         reply_to: str | None,
         throttle: EditThrottle,
+        hold_seconds: float = 0.0,
     ) -> None:
         self.client, self.room_id = client, room_id
+        #: The first text waits this long: an answer complete by then is sent once, unedited.
+        self.hold_seconds = hold_seconds
+        self._first_timer: asyncio.Task[None] | None = None
+        self._finalized = False
         self.thread_root, self.reply_to = thread_root, reply_to
         self.throttle = throttle
         self.text = ""
@@ -45,9 +50,14 @@ class Answer:
         self.sent_event_ids: list[str] = []
 
     # ---- typing --------------------------------------------------------------------------
-    def start_typing(self) -> None:
+    def start_typing(self, after_seconds: float = 0.0) -> None:
+        """Typing notice while working; a fast answer needs none (it would only cost requests)."""
+
         async def keep_typing() -> None:
             with contextlib.suppress(Exception):
+                await asyncio.sleep(after_seconds)
+                if self.event_id is not None or self._finalized:
+                    return
                 while True:
                     await self.client.room_typing(self.room_id, True, timeout=TYPING_MS)
                     await asyncio.sleep(TYPING_MS / 1000 - 5)
@@ -80,13 +90,25 @@ class Answer:
 
     async def _update(self) -> None:
         if self.event_id is None:
-            async with self._lock:
-                if self.event_id is None:
-                    await self._send_first(self._render())
-                    return
+            if self._first_timer is None:
+                self._first_timer = asyncio.create_task(self._first_after_hold())
+            return
         self._dirty.set()
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_loop())
+
+    async def _first_after_hold(self) -> None:
+        if self.hold_seconds > 0:
+            await asyncio.sleep(self.hold_seconds)
+        async with self._lock:
+            if self._finalized or self.event_id is not None:
+                return
+            body = self._render()
+            await self._send_first(body)
+        if self.event_id is not None and self._render() != body:
+            self._dirty.set()
+            if self._flusher is None:
+                self._flusher = asyncio.create_task(self._flush_loop())
 
     async def _send_first(self, body: str) -> None:
         content = message_content(
@@ -140,6 +162,7 @@ class Answer:
         self.text, self.status = text, None
         parts = split_message(text) or [""]
         async with self._lock:
+            self._finalized = True
             if self.event_id is None:
                 for part in parts:
                     await self._send_new(part)
@@ -173,8 +196,12 @@ class Answer:
 
     async def settle(self) -> None:
         """Before a question or an error: show the text streamed so far as final."""
-        if self.event_id is not None and (self.text or self.status):
-            await self.final(self.text) if self.text else await self._stop_flusher()
+        if self.text:
+            await self.final(self.text)
+            return
+        await self._stop_flusher()
+        async with self._lock:
+            self._finalized = True  # a held progress line is not worth a message any more
 
     async def _stop_flusher(self) -> None:
         if self._flusher:
@@ -184,5 +211,7 @@ class Answer:
             self._flusher = None
 
     async def close(self) -> None:
+        if self._first_timer and not self._first_timer.done():
+            self._first_timer.cancel()
         await self._stop_flusher()
         await self.stop_typing()

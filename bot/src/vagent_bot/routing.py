@@ -152,9 +152,7 @@ def session_for(msg: IncomingMessage) -> SessionId:
     return SessionId(room_id=msg.room_id, thread_id=msg.thread_root, user_id=msg.sender)
 
 
-def is_mentioned(
-    msg: IncomingMessage, body: str, *, bot_user_id: str, bot_display_name: str | None
-) -> bool:
+def is_mentioned(msg: IncomingMessage, body: str, *, bot_user_id: str, bot_display_name: str | None) -> bool:
     """m.mentions, a pill in formatted_body, the user id, or the display name as a whole word.
 
     `body` is the message without its reply fallback (quoting a message that mentioned the

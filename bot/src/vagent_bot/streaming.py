@@ -64,7 +64,10 @@ class EditThrottle:
         if first_delay < 0 or max_interval <= 0 or backoff < 1 or max_edits < 0:
             raise ValueError("need first_delay >= 0, max_interval > 0, backoff >= 1, max_edits >= 0")
         self.first_delay, self.max_interval, self.backoff, self.max_edits = (
-            first_delay, max_interval, backoff, max_edits,
+            first_delay,
+            max_interval,
+            backoff,
+            max_edits,
         )
         self._interval = first_delay
         self._next: float | None = None
@@ -219,8 +222,11 @@ def _fences(text: str, max_opener_bytes: int) -> list[_Fence]:
             continue
         line_start, content_start, opener, indent, fence = current
         stripped = bare.strip(" ")
-        if len(bare) - len(bare.lstrip(" ")) <= 3 and stripped and set(stripped) == {fence[0]} and (
-            len(stripped) >= len(fence)
+        if (
+            len(bare) - len(bare.lstrip(" ")) <= 3
+            and stripped
+            and set(stripped) == {fence[0]}
+            and (len(stripped) >= len(fence))
         ):
             fences.append(_Fence(line_start, content_start, start, start + len(bare), opener, indent + fence))
             current = None

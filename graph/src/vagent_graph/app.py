@@ -33,7 +33,7 @@ from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.runner import stream_run
+from vagent_graph.runner import DURABILITY, stream_run
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import prune_stale_writes
 from vagent_graph.tools import ToolRegistry, default_registry
@@ -335,7 +335,9 @@ def create_app(
             return
         log.info("hitl_expired", interrupt_ids=[i.id for i in state.interrupts])
         metrics.HITL_RESUMES.labels("expired").inc()
-        async for _ in r.graph.astream(Command(resume=CANCEL_RESUME), cfg, stream_mode="updates"):
+        async for _ in r.graph.astream(
+            Command(resume=CANCEL_RESUME), cfg, stream_mode="updates", durability=DURABILITY
+        ):
             pass
 
     @app.post(

@@ -17,7 +17,7 @@ import structlog
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Interrupt, StreamMode
+from langgraph.types import Durability, Interrupt, StreamMode
 
 from vagent_graph import metrics
 from vagent_shared.events import (
@@ -31,6 +31,9 @@ from vagent_shared.events import (
 
 log = structlog.get_logger(__name__)
 STREAM_MODES: list[StreamMode] = ["messages", "custom", "updates"]
+#: LangGraph's default. "exit" would write less, but loses track of a consumed interrupt when
+#: a node asks again after a wrong answer (two pending interrupts on the next resume).
+DURABILITY: Durability = "async"
 _END = object()
 
 
@@ -138,7 +141,9 @@ async def stream_run(
     async def produce() -> None:
         try:
             async with asyncio.timeout(run_timeout):
-                async for mode, payload in graph.astream(graph_input, config, stream_mode=STREAM_MODES):
+                async for mode, payload in graph.astream(
+                    graph_input, config, stream_mode=STREAM_MODES, durability=DURABILITY
+                ):
                     for ev in mapper.map(mode, payload):
                         queue.put_nowait(ev)
         except asyncio.CancelledError:

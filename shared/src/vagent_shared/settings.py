@@ -70,6 +70,10 @@ class BotSettings(CommonSettings):
     FLOOD_WINDOW_SECONDS: float = Field(default=60.0, gt=0)
     MAX_MESSAGE_CHARS: int = Field(default=8000, ge=1)
     HITL_DEFAULT_TIMEOUT_SECONDS: int = Field(default=3600, gt=0)
+    #: The first text is held this long; an answer complete by then is sent once, unedited.
+    STREAM_HOLD_SECONDS: float = Field(default=0.1, ge=0, le=2)
+    #: Typing notice only when no text has arrived by then (fast answers need none).
+    TYPING_DELAY_SECONDS: float = Field(default=0.3, ge=0)
     EDIT_FIRST_DELAY_SECONDS: float = Field(default=0.5, ge=0)
     EDIT_MAX_INTERVAL_SECONDS: float = Field(default=4.0, gt=0)
     EDIT_MAX_COUNT: int = Field(default=30, ge=1)
