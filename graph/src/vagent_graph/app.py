@@ -35,7 +35,7 @@ from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import DURABILITY, stream_run
 from vagent_graph.session_lock import SessionBusy, SessionLock
-from vagent_graph.storage import prune_stale_writes
+from vagent_graph.storage import CachingRedisSerializer, prune_stale_writes
 from vagent_graph.tools import ToolRegistry, default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
@@ -162,6 +162,7 @@ async def open_runtime(
             redis_client=redis,
             ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
         )
+        saver.serde = CachingRedisSerializer()
         await saver.asetup()
         deps = Deps(
             registry=registry,
