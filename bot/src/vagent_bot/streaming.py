@@ -20,6 +20,7 @@ formatted_body and sends plain text; the plain body of a MAX_TEXT_BYTES part alw
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 import unicodedata
@@ -446,13 +447,20 @@ class _ChatMarkdown(Extension):  # type: ignore[misc]
         md.treeprocessors.register(_SafeLinks(md), "vagent_safe_links", 5)  # after inline (20)
 
 
+@functools.cache
+def _markdown() -> markdown.Markdown:
+    """One converter per process (reset before each use): building one loads five extensions."""
+    return markdown.Markdown(extensions=["fenced_code", "tables", "sane_lists", "nl2br", _ChatMarkdown()])
+
+
 def render_markdown(text: str) -> str:
     """Markdown -> the HTML of formatted_body (fenced code, tables, lists, line breaks kept).
 
     A single paragraph is returned without its `<p>` wrapper, as Element does for its own
     messages.
     """
-    md = markdown.Markdown(extensions=["fenced_code", "tables", "sane_lists", "nl2br", _ChatMarkdown()])
+    md = _markdown()
+    md.reset()
     html: str = md.convert(clean_text(text)).strip()
     if html.startswith("<p>") and html.endswith("</p>") and html.count("<p>") == 1:
         html = html[3:-4]
