@@ -34,25 +34,17 @@ import contextlib
 import importlib
 import json
 import math
-import multiprocessing
 import os
-import platform
 import secrets
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
-from multiprocessing.connection import Connection
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import yaml
@@ -62,25 +54,32 @@ for _p in (ROOT, ROOT / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from synapse_local import SynapseServer, free_port  # noqa: E402
-from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
-from tests.support.llm_server import (  # noqa: E402
-    JSON,
-    PlannedResponse,
-    ScriptedLLMServer,
-    TextResponse,
-    split_text,
+from procutil import free_port, read_log, stop_process, wait_until  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    ANSWER,
+    CHUNKS,
+    INTERRUPTED,
+    QUESTION,
+    BenchError,
+    cancel_on_sigint,
+    default_results_path,
+    llm_standin,
+    machine_info,
+    make_results,
+    percentile,
+    print_log_tail,
+    print_machine,
+    resolve_counts,
+    run_main,
+    summary,
+    verdict,
 )
+from synapse_local import SynapseServer  # noqa: E402
+from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from tests.support.matrix_human import HumanClient  # noqa: E402
 from tests.support.procs import ServiceProcess  # noqa: E402
 
-#: 20 words; the stand-in streams it in exactly CHUNKS pieces (checked at start-up).
-ANSWER = (
-    "The records database holds twelve customers and thirty orders; "
-    "the largest order was placed on Tuesday by Ada in York."
-)
-CHUNKS = 20
-QUESTION = "What is in the records database?"
 DOMAIN = "localhost"
 RATIO_TARGET = 1.5
 DEFAULTS: dict[str, int] = {"messages": 100, "warmup": 5}
@@ -89,40 +88,11 @@ QUICK: dict[str, int] = {"messages": 10, "warmup": 2}
 #: so this bounds only how long an idle sync hangs, not how late an event is seen.
 HUMAN_SYNC_TIMEOUT_MS = 1000
 ECHO_SYNC_TIMEOUT_MS = 1000
-#: Set by the SIGINT handler; errors after it are consequences of Ctrl-C, not failures.
-INTERRUPTED = threading.Event()
-
-
-class BenchError(RuntimeError):
-    """Something did not answer the way it should; the numbers would be wrong."""
+#: Libraries whose versions the report names: what the numbers depend on.
+VERSIONS_OF = ("matrix-nio", "matrix-synapse", "aiohttp", "httpx", "langgraph", "fastapi", "redis")
 
 
 # ---------------------------------------------------------------------------- statistics
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), so p99 of 100 samples is stable."""
-    s = sorted(v for v in values if not math.isnan(v))
-    if not s:
-        return math.nan
-    pos = (len(s) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    """p50/p99/mean/min/max of milliseconds, as printed and stored."""
-    xs = [v for v in values if not math.isnan(v)]
-    if not xs:
-        return {k: math.nan for k in ("p50", "p99", "mean", "min", "max")}
-    return {
-        "p50": percentile(xs, 0.50),
-        "p99": percentile(xs, 0.99),
-        "mean": sum(xs) / len(xs),
-        "min": min(xs),
-        "max": max(xs),
-    }
 
 
 @dataclass
@@ -182,73 +152,6 @@ class BotRun:
             "edits": {"median": statistics.median(edits), "min": min(edits), "max": max(edits)},
             "samples": [s.to_json() for s in self.samples],
         }
-
-
-# --------------------------------------------------------------------- the LLM stand-in
-
-
-def answer_responder(request: JSON) -> PlannedResponse:
-    """Every chat completion gets the same 20-chunk text answer (no tool calls, no delay)."""
-    return TextResponse(ANSWER, chunks=CHUNKS)
-
-
-def disable_nagle(server: ScriptedLLMServer) -> bool:
-    """TCP_NODELAY on the stand-in's listening socket (accepted sockets inherit it on Linux).
-
-    Why: with Nagle on, each response body on a keep-alive connection waits ~40 ms for
-    the graph's delayed ACK. A real LLM API does not do that; the stall would only pad
-    vagent's numbers. asyncio sets TCP_NODELAY itself only when the socket was created
-    with IPPROTO_TCP, which older versions of ScriptedLLMServer did not do, so this makes
-    sure either way. Returns False if the private attribute it reaches into changes.
-    """
-    uv = getattr(server, "_server", None)
-    done = False
-    for srv in getattr(uv, "servers", None) or []:
-        for sock in srv.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            done = True
-    return done
-
-
-def _serve_llm(conn: Connection) -> None:
-    """Child process: run the stand-in until the parent says stop or goes away (EOF)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
-    server = ScriptedLLMServer(keep_alive=True).start()
-    try:
-        server.set_default(answer_responder)
-        conn.send((server.port, disable_nagle(server)))
-        with contextlib.suppress(EOFError, OSError):
-            conn.recv()
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def llm_standin() -> Iterator[tuple[str, bool]]:
-    """The stand-in's base URL and whether TCP_NODELAY was set. Its own process, so it never
-    competes for the GIL with the human client that does the timing."""
-    ctx = multiprocessing.get_context("fork")  # called before any thread exists
-    parent, child = ctx.Pipe()
-    sys.stdout.flush()
-    proc = ctx.Process(target=_serve_llm, args=(child,), name="llm-standin", daemon=True)
-    proc.start()
-    child.close()
-    try:
-        try:
-            if not parent.poll(15):
-                raise BenchError("the LLM stand-in did not start within 15 s")
-            port, nodelay = parent.recv()
-        except EOFError:
-            raise BenchError(f"the LLM stand-in exited (code {proc.exitcode})") from None
-        yield f"http://127.0.0.1:{int(port)}/v1", bool(nodelay)
-    finally:
-        with contextlib.suppress(OSError):
-            parent.send("stop")
-        parent.close()
-        proc.join(5)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
 
 
 # ----------------------------------------------------------------------------- the human
@@ -438,37 +341,31 @@ class EchoProcess:
             str(os.getpid()),
         ]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.proc = proc = subprocess.Popen(
                 argv,
                 env={**os.environ, "ECHO_BOT_PASSWORD": self.password},
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + timeout
-        while not self.ready_file.exists():
-            if self.proc.poll() is not None:
-                raise BenchError(f"echo bot exited {self.proc.returncode}:\n{self.logs()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise BenchError(f"echo bot not ready after {timeout} s:\n{self.logs()[-2000:]}")
-            time.sleep(0.05)
+
+        def ready() -> bool:
+            if self.ready_file.exists():
+                return True
+            if proc.poll() is not None:
+                raise BenchError(f"echo bot exited {proc.returncode}:\n{self.logs()[-2000:]}")
+            return False
+
+        if not wait_until(ready, timeout, interval=0.05):
+            raise BenchError(f"echo bot not ready after {timeout} s:\n{self.logs()[-2000:]}")
         return self
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 10 s."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
         self.proc = None
 
     def logs(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
 
 @dataclass
@@ -579,14 +476,7 @@ def start_services(
 
 async def measure(cfg: Config, svc: Services, work: Path) -> dict[str, BotRun]:
     """Open both DMs, warm up, then alternate the bots message by message."""
-    main_task = asyncio.current_task()
-
-    def interrupt() -> None:
-        INTERRUPTED.set()
-        if main_task is not None:
-            main_task.cancel()  # unwinds the human client cleanly, unlike KeyboardInterrupt
-
-    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupt)
+    cancel_on_sigint()
     acc = svc.accounts
     human = await BenchHuman.login(
         svc.synapse.url, acc.human, acc.passwords[acc.human], work / "human", cfg.encrypted
@@ -694,42 +584,9 @@ def breakdown(runs: dict[str, BotRun], bot_log: Path, graph_log: Path) -> dict[s
 # ------------------------------------------------------------------------------ report
 
 
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on: cores, CPU, Python, library versions."""
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    versions = {}
-    for dist in ("matrix-nio", "matrix-synapse", "aiohttp", "httpx", "langgraph", "fastapi", "redis"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[dist] = metadata.version(dist)
-    return {
-        "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "cpu": cpu,
-        "platform": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
-        "versions": versions,
-    }
-
-
-def verdict(ratio: float, target: float) -> str:
-    """PASS/MISS label; informational only, never the exit code."""
-    return "PASS" if ratio <= target else "MISS"
-
-
 def print_header(info: dict[str, Any], conf: dict[str, Any], started: datetime) -> None:
     """Machine and configuration first, so a pasted result explains itself."""
-    print(f"vagent bot benchmark - {started:%Y-%m-%d %H:%M:%S} UTC")
-    cpu = info["cpu"] or "unknown CPU"
-    print(f"   machine : {info['cores']} cores ({info['usable_cores']} usable), {cpu}")
-    print(f"   system  : {info['platform']}, load {', '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}")
-    print(f"   python  : {info['python']}")
-    print("   versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    print_machine("vagent bot benchmark", info, started)
     print(
         f"   config  : {conf['messages']} measured messages per bot after {conf['warmup']} warm-up, "
         f"sequential, the bots alternating; {conf['gap_s']:.2f} s pause after each answer"
@@ -806,18 +663,16 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--timeout", type=float, default=30.0, help="max wait for one answer, s (default 30)")
     p.add_argument("--workdir", type=Path, help="keep data and service logs here instead of a temp dir")
     a = p.parse_args(argv)
-    base = QUICK if a.quick else DEFAULTS
-    vals = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
+    vals = resolve_counts(a, DEFAULTS, QUICK)
     if vals["messages"] < 1 or vals["warmup"] < 0:
         p.error("--messages must be positive and --warmup not negative")
     if a.gap < 0 or a.timeout <= 0:
         p.error("--gap must not be negative and --timeout must be positive")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return Config(
         **vals,
         quick=a.quick,
         encrypted=a.encrypted,
-        json_path=a.json or ROOT / "bench" / "results" / f"bot-{stamp}.json",
+        json_path=a.json or default_results_path("bot"),
         log_level=a.log_level,
         gap=a.gap,
         timeout=a.timeout,
@@ -827,9 +682,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
 
 def run(cfg: Config) -> dict[str, Any]:
     """Start everything, measure, tear everything down (ExitStack: also on Ctrl-C)."""
-    if len(split_text(ANSWER, CHUNKS)) != CHUNKS:
-        raise BenchError(f"ANSWER does not split into exactly {CHUNKS} chunks")
-    info = machine_info()
+    info = machine_info(VERSIONS_OF)
     started = datetime.now(UTC)
     with contextlib.ExitStack() as stack:
         llm_url, nodelay = stack.enter_context(llm_standin())  # first: it forks
@@ -860,65 +713,24 @@ def run(cfg: Config) -> dict[str, Any]:
         except Exception:
             if not INTERRUPTED.is_set():
                 for name, text in (("vagent-bot", svc.bot.logs()), ("echo bot", svc.echo.logs())):
-                    print(f"\n--- last lines of the {name} log ---\n" + "\n".join(text.splitlines()[-20:]))
+                    print_log_tail(name, text, 20)
             raise
         steps = breakdown(runs, svc.bot.log_path, svc.graph.log_path)
         ratios = print_results(runs, steps)
-    return {
-        "schema": 1,
-        "started": started.isoformat(),
-        "seconds": (datetime.now(UTC) - started).total_seconds(),
-        "machine": info,
-        "config": conf,
-        "bots": {name: r.to_json() for name, r in runs.items()},
-        "ratios": ratios,
-        "breakdown_p50_ms": steps,
-    }
-
-
-def finite(value: Any) -> Any:
-    """NaN -> None, recursively: the results file stays strict JSON."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
-
-
-def _raise_exit(signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM -> SystemExit so every `finally` and the ExitStack still tear down."""
-    raise SystemExit(128 + signum)
-
-
-def _on_sigint(_signum: int, _frame: FrameType | None) -> None:
-    """Ctrl-C outside the event loop (inside it, measure() cancels its task instead). It
-    reaches the bot, graph, provider and echo bot too (same process group), so a wait may
-    fail first: remember it was Ctrl-C."""
-    INTERRUPTED.set()
-    raise KeyboardInterrupt
+    return make_results(
+        started,
+        info,
+        conf,
+        bots={name: r.to_json() for name, r in runs.items()},
+        ratios=ratios,
+        breakdown_p50_ms=steps,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 after a complete run, MISS or not; 130 on Ctrl-C, 1 when a run fails."""
     cfg = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGINT, _on_sigint)  # asyncio.run keeps a handler that is not the default
-    try:
-        results = run(cfg)
-    except BaseException as exc:
-        if INTERRUPTED.is_set() or isinstance(exc, KeyboardInterrupt):
-            print("\ninterrupted; everything started was stopped", file=sys.stderr)
-            return 130
-        if isinstance(exc, BenchError):
-            print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-            return 1
-        raise
-    cfg.json_path.parent.mkdir(parents=True, exist_ok=True)
-    cfg.json_path.write_text(json.dumps(finite(results), indent=2, allow_nan=False) + "\n")
-    print(f"\nresults: {cfg.json_path}  ({results['seconds']:.0f} s)")
-    return 0
+    return run_main(lambda: run(cfg), cfg.json_path)
 
 
 if __name__ == "__main__":

@@ -23,24 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import math
-import multiprocessing
-import os
-import platform
-import signal
-import socket
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
-from multiprocessing.connection import Connection
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -55,16 +45,27 @@ for _p in (ROOT, ROOT / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from bench.common import (  # noqa: E402
+    ANSWER,
+    CHUNKS,
+    INTERRUPTED,
+    QUESTION,
+    BenchError,
+    cancel_on_sigint,
+    default_results_path,
+    llm_standin,
+    machine_info,
+    make_results,
+    print_log_tail,
+    print_machine,
+    resolve_counts,
+    run_main,
+    summary,
+    verdict,
+)
 from redis_local import RedisServer, free_port  # noqa: E402
 from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import GraphProcess  # noqa: E402
-from tests.support.llm_server import (  # noqa: E402
-    JSON,
-    PlannedResponse,
-    ScriptedLLMServer,
-    TextResponse,
-    split_text,
-)
 from vagent_graph.agent import load_descriptor  # noqa: E402
 from vagent_graph.app import open_runtime  # noqa: E402
 from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
@@ -74,41 +75,28 @@ from vagent_graph.workflow import new_turn_input  # noqa: E402
 from vagent_shared import AcContext  # noqa: E402
 from vagent_shared.settings import GraphSettings  # noqa: E402
 
-#: 20 words; the stand-in streams it in exactly CHUNKS pieces (checked at start-up).
-ANSWER = (
-    "The records database holds twelve customers and thirty orders; "
-    "the largest order was placed on Tuesday by Ada in York."
-)
-CHUNKS = 20
-QUESTION = "What is in the records database?"
 PM = "/api/v1/process_message"
 RATIO_TARGET = 1.3
 REDIS_RATIO_TARGET = 2.0
 FIRST_CHECKPOINT = 10
 DEFAULTS: dict[str, int] = {"requests": 200, "concurrency": 20, "turns": 200, "warmup": 10}
 QUICK: dict[str, int] = {"requests": 10, "concurrency": 4, "turns": 12, "warmup": 3}
-#: Set by the SIGINT handler; errors after it are consequences of Ctrl-C, not failures.
-INTERRUPTED = threading.Event()
+#: Libraries whose versions the report names: what the numbers depend on.
+VERSIONS_OF = (
+    "langgraph",
+    "langgraph-checkpoint-redis",
+    "langchain-openai",
+    "fastapi",
+    "uvicorn",
+    "sse-starlette",
+    "httpx",
+    "redis",
+)
 #: The same user (all tools visible) for every request, so the LLM request carries tool schemas.
 USER_AC: AcContext = ac()
 
 
-class BenchError(RuntimeError):
-    """A request did not complete the way a normal answer does; the numbers would be wrong."""
-
-
 # ---------------------------------------------------------------------------- statistics
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), so p99 of 200 samples is stable."""
-    s = sorted(values)
-    if not s:
-        return math.nan
-    pos = (len(s) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 @dataclass
@@ -131,14 +119,7 @@ class Phase:
 
     def stats(self, attr: str) -> dict[str, float]:
         """p50/p99/mean/min/max in milliseconds, as printed and stored."""
-        xs = [getattr(s, attr) * 1000 for s in self.samples]
-        return {
-            "p50": percentile(xs, 0.50),
-            "p99": percentile(xs, 0.99),
-            "mean": sum(xs) / len(xs),
-            "min": min(xs),
-            "max": max(xs),
-        }
+        return summary([getattr(s, attr) * 1000 for s in self.samples])
 
     def to_json(self) -> dict[str, Any]:
         """The phase as stored in the results file."""
@@ -158,83 +139,10 @@ class Phase:
 # --------------------------------------------------------------------- the LLM stand-in
 
 
-def answer_responder(request: JSON) -> PlannedResponse:
-    """Every chat completion gets the same 20-chunk text answer (no tool calls, no delay)."""
-    return TextResponse(ANSWER, chunks=CHUNKS)
-
-
-def disable_nagle(server: ScriptedLLMServer) -> bool:
-    """Set TCP_NODELAY on the stand-in's listening socket; accepted sockets inherit it (Linux).
-
-    Why: ScriptedLLMServer binds ``socket.socket(AF_INET, SOCK_STREAM)`` (proto 0), so asyncio
-    does not set TCP_NODELAY on accepted connections. On a keep-alive connection the response
-    body then waits for the client's delayed ACK of the header segment: ~40 ms per LLM call,
-    an artefact that would inflate BARE and SERVICE alike and hide the service's overhead.
-    Reaches into the private uvicorn server; returns False if that ever changes.
-    """
-    uv = getattr(server, "_server", None)
-    done = False
-    for srv in getattr(uv, "servers", None) or []:
-        for sock in srv.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            done = True
-    return done
-
-
-def _serve_llm(conn: Connection) -> None:
-    """Child process: run the stand-in until the parent says stop or goes away (EOF)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
-    server = ScriptedLLMServer(keep_alive=True).start()
-    try:
-        server.set_default(answer_responder)
-        conn.send((server.port, disable_nagle(server)))
-        with contextlib.suppress(EOFError, OSError):
-            conn.recv()
-    finally:
-        server.stop()
-
-
 def _warn_nagle(applied: bool) -> None:
     """Say so when the numbers include the stand-in's ~40 ms delayed-ACK stall."""
     if not applied:
         print("   WARNING: could not set TCP_NODELAY on the LLM stand-in; expect ~40 ms per call")
-
-
-@contextlib.contextmanager
-def llm_standin(in_thread: bool) -> Iterator[tuple[str, bool]]:
-    """The stand-in's base URL and whether TCP_NODELAY could be set. A separate process by
-    default so that, in BARE mode, the measured graph does not share its GIL with the server
-    it is timing."""
-    if in_thread:
-        with ScriptedLLMServer(keep_alive=True) as server:
-            server.set_default(answer_responder)
-            nodelay = disable_nagle(server)
-            _warn_nagle(nodelay)
-            yield server.base_url, nodelay
-        return
-    ctx = multiprocessing.get_context("fork")  # no threads exist yet; spawn would re-import all
-    parent, child = ctx.Pipe()
-    sys.stdout.flush()
-    proc = ctx.Process(target=_serve_llm, args=(child,), name="llm-standin", daemon=True)
-    proc.start()
-    child.close()
-    try:
-        try:
-            if not parent.poll(15):
-                raise BenchError("the LLM stand-in did not start within 15 s")
-            port, nodelay = parent.recv()
-        except EOFError:
-            raise BenchError(f"the LLM stand-in exited (code {proc.exitcode})") from None
-        _warn_nagle(nodelay)
-        yield f"http://127.0.0.1:{int(port)}/v1", bool(nodelay)
-    finally:
-        with contextlib.suppress(OSError):
-            parent.send("stop")
-        parent.close()
-        proc.join(5)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
 
 
 # ----------------------------------------------------------------------- graph building
@@ -404,43 +312,6 @@ async def measure_memory(
 # ------------------------------------------------------------------------------ report
 
 
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on: cores, CPU, Python, library versions."""
-    cpu = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    versions = {}
-    for dist in (
-        "langgraph",
-        "langgraph-checkpoint-redis",
-        "langchain-openai",
-        "fastapi",
-        "uvicorn",
-        "sse-starlette",
-        "httpx",
-        "redis",
-    ):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[dist] = metadata.version(dist)
-    return {
-        "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "cpu": cpu,
-        "platform": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
-        "versions": versions,
-    }
-
-
-def verdict(ratio: float, target: float) -> str:
-    """PASS/MISS label; informational only, never the exit code."""
-    return "PASS" if ratio <= target else "MISS"
-
-
 def print_latency(phases: list[Phase]) -> list[dict[str, Any]]:
     """Table of every phase, then the service/bare ratios per concurrency."""
     print("\n1) Latency: bare graph.astream vs HTTP/SSE service, milliseconds")
@@ -547,16 +418,14 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         "--llm-thread", action="store_true", help="run the LLM stand-in in a thread of this process"
     )
     a = p.parse_args(argv)
-    base = QUICK if a.quick else DEFAULTS
-    vals = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
+    vals = resolve_counts(a, DEFAULTS, QUICK)
     for k, v in vals.items():
         if v < (0 if k == "warmup" else 1):
             p.error(f"--{k} must be positive")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return Config(
         **vals,
         quick=a.quick,
-        json_path=a.json or ROOT / "bench" / "results" / f"graph-{stamp}.json",
+        json_path=a.json or default_results_path("graph"),
         log_level=a.log_level,
         llm_thread=a.llm_thread,
     )
@@ -599,14 +468,7 @@ async def measure_all(
 ) -> tuple[list[Phase], list[dict[str, Any]], list[MemoryPoint]]:
     """Both parts in ONE event loop: langchain_openai caches its httpx client per process, and
     a pooled connection must not outlive the loop that opened it."""
-    main_task = asyncio.current_task()
-
-    def interrupt() -> None:
-        INTERRUPTED.set()
-        if main_task is not None:
-            main_task.cancel()  # unwinds every request cleanly, unlike a KeyboardInterrupt mid-await
-
-    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupt)
+    cancel_on_sigint()
     phases = await latency_benchmark(cfg, settings, service)
     ratios = print_latency(phases)
     print(f"\n   measuring the Redis footprint of one session over {cfg.turns} turns...", flush=True)
@@ -616,15 +478,14 @@ async def measure_all(
 
 def run(cfg: Config) -> dict[str, Any]:
     """Start everything, measure, tear everything down (ExitStack: also on Ctrl-C)."""
-    if len(split_text(ANSWER, CHUNKS)) != CHUNKS:
-        raise BenchError(f"ANSWER does not split into exactly {CHUNKS} chunks")
-    info = machine_info()
+    info = machine_info(VERSIONS_OF)
     started = datetime.now(UTC)
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-graph-")))
         redis = start_redis(stack, tmp / "redis")
         mem_redis = start_redis(stack, tmp / "redis-memory")  # dedicated: only the measured session
         llm_url, nodelay = stack.enter_context(llm_standin(cfg.llm_thread))
+        _warn_nagle(nodelay)
         service = GraphProcess(redis.url, tmp / "graph", llm_url, LOG_LEVEL=cfg.log_level)
         settings = settings_from_env(service.env)
         conf = {
@@ -654,31 +515,22 @@ def run(cfg: Config) -> dict[str, Any]:
             )
         except Exception:
             if not INTERRUPTED.is_set():
-                print(
-                    "\n--- last lines of the service log ---\n" + "\n".join(service.logs().splitlines()[-30:])
-                )
+                print_log_tail("service", service.logs(), 30)
             raise
         memory = print_memory(points)
-    return {
-        "schema": 1,
-        "started": started.isoformat(),
-        "seconds": (datetime.now(UTC) - started).total_seconds(),
-        "machine": info,
-        "config": conf,
-        "latency": [p.to_json() for p in phases],
-        "ratios": ratios,
-        "redis": memory,
-    }
+    return make_results(
+        started,
+        info,
+        conf,
+        latency=[p.to_json() for p in phases],
+        ratios=ratios,
+        redis=memory,
+    )
 
 
 def print_header(info: dict[str, Any], conf: dict[str, Any], started: datetime) -> None:
     """Machine and configuration first, so a pasted result explains itself."""
-    print(f"vagent graph benchmark - {started:%Y-%m-%d %H:%M:%S} UTC")
-    cpu = info["cpu"] or "unknown CPU"
-    print(f"   machine : {info['cores']} cores ({info['usable_cores']} usable), {cpu}")
-    print(f"   system  : {info['platform']}, load {', '.join(f'{x:.2f}' for x in info['loadavg_at_start'])}")
-    print(f"   python  : {info['python']}")
-    print("   versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
+    print_machine("vagent graph benchmark", info, started)
     print(
         f"   config  : {conf['requests']} requests per phase at concurrency 1 and {conf['concurrency']}, "
         f"warm-up {conf['warmup']}; answer {conf['answer_words']} words in {conf['answer_chunks']} chunks, "
@@ -691,38 +543,10 @@ def print_header(info: dict[str, Any], conf: dict[str, Any], started: datetime) 
     )
 
 
-def _raise_exit(signum: int, _frame: FrameType | None) -> None:
-    """SIGTERM -> SystemExit so every `finally` and the ExitStack still tear down."""
-    raise SystemExit(128 + signum)
-
-
-def _on_sigint(_signum: int, _frame: FrameType | None) -> None:
-    """Ctrl-C outside the event loop (inside it, measure_all cancels its task instead). It
-    reaches the service subprocess too (same process group), so a request may fail with a
-    connection error first: remember it was Ctrl-C."""
-    INTERRUPTED.set()
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 after a complete run, MISS or not; 130 on Ctrl-C, 1 when a run fails."""
     cfg = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGINT, _on_sigint)  # asyncio.run keeps a handler that is not the default
-    try:
-        results = run(cfg)
-    except BaseException as exc:
-        if INTERRUPTED.is_set() or isinstance(exc, KeyboardInterrupt):
-            print("\ninterrupted; everything started was stopped", file=sys.stderr)
-            return 130
-        if isinstance(exc, BenchError):
-            print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-            return 1
-        raise
-    cfg.json_path.parent.mkdir(parents=True, exist_ok=True)
-    cfg.json_path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nresults: {cfg.json_path}  ({results['seconds']:.0f} s)")
-    return 0
+    return run_main(lambda: run(cfg), cfg.json_path)
 
 
 if __name__ == "__main__":

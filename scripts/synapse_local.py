@@ -25,15 +25,16 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
+
+from procutil import free_port as free_port  # re-exported: benches import it from here
+from procutil import stop_process, wait_until
 
 # Every rate limiter Synapse 1.163 reads (synapse/config/ratelimiting.py), set far above
 # anything a test or a local demo does.
@@ -60,12 +61,6 @@ RATE_LIMITS: dict[str, Any] = {
 }
 
 SECRET_NAMES = ("registration_shared_secret", "macaroon_secret_key", "form_secret")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def log_config(log_file: Path, level: str) -> dict[str, Any]:
@@ -186,22 +181,22 @@ class SynapseServer:
     def start(self, timeout: float = 60.0) -> SynapseServer:
         self.write_config()
         with open(self.stdout_path, "ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = proc = subprocess.Popen(
                 self.command(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.data_dir,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
+
+        def started() -> bool:
+            if proc.poll() is not None:
                 self.proc = None
-                raise RuntimeError(f"synapse exited with {code}:\n{self.log_tail()}")
-            if self.ready():
-                return self
-            time.sleep(0.1)
+                raise RuntimeError(f"synapse exited with {proc.returncode}:\n{self.log_tail()}")
+            return self.ready()
+
+        if wait_until(started, timeout):
+            return self
         self.stop()
         raise TimeoutError(f"synapse did not answer within {timeout}s:\n{self.log_tail()}")
 
@@ -221,13 +216,7 @@ class SynapseServer:
         return "\n".join(out) or "(no log)"
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 15)
         self.proc = None
 
     def __enter__(self) -> SynapseServer:

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,15 +22,15 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from procutil import free_port
 
-from tests.support.graph_process import free_port
+from tests.support.procs import BIN, ServiceProcess
 from vagent_bot.access import AccessProvider, AccessResult
 from vagent_bot.metrics import ACCESS, ACP_ERRORS
 from vagent_shared.logs import configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "deploy/dev/acp-policy.yaml"
-BIN = Path(sys.executable).parent
 DOMAIN = "localhost"
 ALICE, DAVE, ADMIN = "@alice:localhost", "@dave:localhost", "@admin:localhost"
 
@@ -39,55 +38,23 @@ ALICE, DAVE, ADMIN = "@alice:localhost", "@dave:localhost", "@admin:localhost"
 # --------------------------------------------------------------------------- the real provider
 
 
-class AcpProcess:
+class AcpProcess(ServiceProcess):
     """`vagent-acp` as a subprocess on a free loopback port, serving `policy`."""
 
     def __init__(self, policy: Path) -> None:
         self.policy = policy
         self.port = free_port()
-        self.log_path = policy.parent / f"acp-{self.port}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        env = {
+            "ACP_HOST": "127.0.0.1",
+            "ACP_PORT": str(self.port),
+            "ACP_POLICY_FILE": str(policy),
+            "LOG_LEVEL": "DEBUG",
+        }
+        super().__init__("vagent-acp", env, policy.parent / f"acp-{self.port}.log", f"{self.url}/health")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "ACP_HOST": "127.0.0.1",
-            "ACP_PORT": str(self.port),
-            "ACP_POLICY_FILE": str(self.policy),
-            "LOG_LEVEL": "DEBUG",
-        }
-
-    def start(self, timeout: float = 30) -> AcpProcess:
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [str(BIN / "vagent-acp")], env=self.env(), stdout=out, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vagent-acp exited {self.proc.returncode}:\n{self.logs()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        raise TimeoutError(f"vagent-acp did not start:\n{self.logs()}")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def audit(self) -> list[dict[str, Any]]:
         """The provider's JSON audit lines (`acp_decision`)."""
@@ -240,7 +207,7 @@ def test_acp_refuses_to_start_with_an_invalid_policy(tmp_path: Path) -> None:
     policy.write_text("domains: {d: {users: {'@a:x': [ghost]}}}")
     acp = AcpProcess(policy)
     done = subprocess.run(
-        [str(BIN / "vagent-acp")], env=acp.env(), capture_output=True, text=True, timeout=60
+        [str(BIN / "vagent-acp")], env={**os.environ, **acp.env}, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     assert "unknown role" in done.stderr and str(policy) in done.stderr

@@ -7,18 +7,16 @@ that the numbers exist and are sane, never how fast anything was.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.procs import run_bench_quick
+
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 QUICK_MESSAGES = 10
 RATIO = r"\d+\.\d+x"
 
@@ -28,16 +26,7 @@ def _positive(value: Any) -> bool:
 
 
 def test_bench_bot_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "bot.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_bot.py"), "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    stdout = proc.stdout
+    stdout, results = run_bench_quick("bench_bot.py", tmp_path / "bot.json", timeout=180)
 
     for bot in ("echo", "vagent"):
         assert re.search(rf"^\s+{bot}\s+{QUICK_MESSAGES}(\s+\d+\.\d+){{4}}$", stdout, re.M), stdout
@@ -46,7 +35,6 @@ def test_bench_bot_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
     assert re.search(rf"vagent/echo p99 final-edit\s+{RATIO}\s+first-visible {RATIO}", stdout), stdout
     assert re.search(r"vagent edits per answer: median \d", stdout), stdout
 
-    results = json.loads(out.read_text())
     assert {"machine", "config", "bots", "ratios", "breakdown_p50_ms"} <= results.keys()
     assert _positive(results["machine"]["cores"])
     assert results["config"]["messages"] == QUICK_MESSAGES

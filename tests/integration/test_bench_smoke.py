@@ -6,14 +6,12 @@ checks that the numbers exist and are sane, never how fast anything was.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.procs import run_bench_quick
+
 QUICK_CONCURRENCY = 4
 QUICK_REQUESTS = 10
 QUICK_TURNS = (10, 12)
@@ -25,16 +23,7 @@ def _positive(value: Any) -> bool:
 
 
 def test_bench_graph_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "graph.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_graph.py"), "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    stdout = proc.stdout
+    stdout, results = run_bench_quick("bench_graph.py", tmp_path / "graph.json", timeout=120)
 
     for conc in (1, QUICK_CONCURRENCY):
         for label in ("first-event", "total"):
@@ -45,7 +34,6 @@ def test_bench_graph_quick_prints_and_writes_every_figure(tmp_path: Path) -> Non
         assert re.search(rf"redis bytes after\s+{turns} turns:\s+[\d,]+ bytes in\s+\d+ keys", stdout), stdout
     assert re.search(rf"redis ratio {last}/{first} turns: \d+\.\d+x\s+{VERDICT}", stdout), stdout
 
-    results = json.loads(out.read_text())
     assert {"machine", "config", "latency", "ratios", "redis"} <= results.keys()
     assert _positive(results["machine"]["cores"])
     assert results["config"]["llm_tcp_nodelay"] is True

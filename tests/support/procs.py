@@ -5,20 +5,29 @@ A real process per service, real ports on 127.0.0.1, logs to a file the test can
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
 
 import httpx
+from procutil import read_log, stop_process, wait_until
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServiceProcess:
+    """One console command of the venv (`vagent-bot`, `vagent-acp`, ...) with its env and log.
+
+    `env` is added to this process's environment; with `inherit_env=False` it is the whole
+    environment, for callers that must leave variables out (GraphProcess drops OPENAI_*).
+    """
+
     def __init__(
         self,
         command: str,
@@ -26,40 +35,39 @@ class ServiceProcess:
         log_path: Path,
         health_url: str,
         healthy: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
+        *,
+        inherit_env: bool = True,
     ) -> None:
         self.command, self.env, self.log_path = command, env, log_path
         self.health_url, self.healthy = health_url, healthy
+        self.inherit_env = inherit_env
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 60) -> ServiceProcess:
+    def start(self, timeout: float = 60) -> Self:
+        """Start and wait until the health URL says healthy; RuntimeError with the log if it exits."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [str(BIN / self.command)], env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT
+        env = {**os.environ, **self.env} if self.inherit_env else dict(self.env)
+        self.proc = proc = subprocess.Popen(
+            [str(BIN / self.command)], env=env, stdout=log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.command} exited {self.proc.returncode}:\n{self.logs()[-3000:]}")
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{self.command} exited {proc.returncode}:\n{self.logs()[-3000:]}")
             try:
-                if self.healthy(httpx.get(self.health_url, timeout=2)):
-                    return self
+                return self.healthy(httpx.get(self.health_url, timeout=2))
             except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+                return False
+
+        if wait_until(healthy, timeout):
+            return self
         self.stop()
         raise TimeoutError(f"{self.command} did not become healthy:\n{self.logs()[-3000:]}")
 
     def stop(self, timeout: float = 20) -> int | None:
         """SIGTERM and wait: the graceful path."""
-        code = None
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, timeout)
         self.proc = None
         return code
 
@@ -70,12 +78,40 @@ class ServiceProcess:
             self.proc.wait()
         self.proc = None
 
+    def restart(self) -> Self:
+        """Stop gracefully and start again, on the same port and log file."""
+        self.stop()
+        return self.start()
+
     def logs(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def run_bench_quick(script: str, json_path: Path, timeout: float) -> tuple[str, dict[str, Any]]:
+    """Run `bench/<script> --quick --json <json_path>` as `make` would; its stdout and results.
+
+    Why here: both benchmark smoke tests need the same run and the same exit-code check, with
+    the output in the failure message because the benchmark starts many services.
+    """
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--json", str(json_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results: dict[str, Any] = json.loads(json_path.read_text())
+    return proc.stdout, results
