@@ -412,3 +412,19 @@ async def test_invites_tenants_health_and_clean_shutdown(
     assert "bot_stopped" in logs
     for secret in (stack.users.passwords[stack.users.bot], TOKEN):
         assert secret not in logs
+
+
+async def test_history_before_the_bot_joined_is_not_answered(
+    stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await alice.create_room([stack.users.bob], "busy room", state=TENANT)
+    await alice.wait_joined(room, stack.users.bob)
+    for i in range(120):  # more than one sync timeline: the bot's first sync there is `limited`
+        await alice.send(room, f"!ai old question {i}")
+    await alice.client.room_invite(room, stack.users.bot)
+    await alice.wait_joined(room, stack.users.bot)
+    await alice.send(room, "!ai new question")
+    await alice.wait_for_reply(stack.users.bot, room, said("new question"))
+    await asyncio.sleep(1)
+    bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+    assert bodies == ["You said: new question"]

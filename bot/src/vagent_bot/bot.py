@@ -146,9 +146,12 @@ class VagentBot:
         else:
             for room_id, room in resp.rooms.join.items():
                 events = list(room.timeline.events)
-                if room.timeline.limited and room.timeline.prev_batch:
+                if room.timeline.limited and room.timeline.prev_batch and self._joined_at(events) is None:
                     events = await self._backfill(room_id, room.timeline.prev_batch) + events
                 self._learn_tenant(room_id, [*room.state, *events])
+                joined = self._joined_at(events)
+                if joined is not None:  # what was said before the bot joined is not for it
+                    events = events[joined + 1 :]
                 claimed = await self._claim([e.event_id for e in events])
                 for event, mine in zip(events, claimed, strict=True):
                     if mine:
@@ -198,13 +201,23 @@ class VagentBot:
             if not isinstance(resp, RoomMessagesResponse) or not resp.chunk:
                 break
             seen = await self.redis.exists(*[redis_keys.event_seen(e.event_id) for e in resp.chunk])
-            page = [e for e in resp.chunk]
-            older = list(reversed(page)) + older
-            if seen:
+            older = list(reversed(resp.chunk)) + older
+            if seen or self._joined_at(older) is not None:
                 break
             token = resp.end
         log.info("backfilled", room_id=room_id, events=len(older))
         return older
+
+    def _joined_at(self, events: list[Any]) -> int | None:
+        """Index of the bot's own (newest) join in `events`; profile changes do not count."""
+        for i in range(len(events) - 1, -1, -1):
+            src = getattr(events[i], "source", {}) or {}
+            if src.get("type") != "m.room.member" or src.get("state_key") != self.me:
+                continue
+            prev = ((src.get("unsigned") or {}).get("prev_content") or {}).get("membership")
+            if (src.get("content") or {}).get("membership") == "join" and prev != "join":
+                return i
+        return None
 
     def _learn_tenant(self, room_id: str, events: list[Any]) -> None:
         for e in events:

@@ -83,5 +83,5 @@ def configure_logging(level: str = "INFO", service: str = "vagent") -> None:
         lg.handlers[:] = []
         lg.propagate = True
     logging.getLogger("uvicorn.access").disabled = True
-    for noisy in ("httpx", "httpcore", "httpx2", "httpcore2", "openai"):
+    for noisy in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "nio", "peewee", "markdown"):
         logging.getLogger(noisy).setLevel(max(lvl, logging.WARNING))
