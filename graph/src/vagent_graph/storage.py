@@ -26,11 +26,15 @@ def checkpoint_id_of_write_key(key: str) -> str:
 
 
 async def prune_stale_writes(redis: Redis, saver: AsyncShallowRedisSaver, thread_id: str) -> int:
-    """Delete pending writes of superseded checkpoints; returns how many keys went."""
-    latest = await saver.aget_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
-    if latest is None:
+    """Delete pending writes of superseded checkpoints; returns how many keys went.
+
+    Reads only the current checkpoint's id (JSON.GET of one field), not the checkpoint.
+    """
+    key = saver._make_shallow_redis_checkpoint_key_cached(thread_id, "")
+    found: Any = await redis.json().get(key, "$.checkpoint_id")  # type: ignore[misc]
+    if not isinstance(found, list) or not found:
         return 0
-    current = str(latest.config["configurable"]["checkpoint_id"])
+    current = str(found[0])
     zset = write_keys_zset(thread_id)
     members = [m.decode() if isinstance(m, bytes) else str(m) for m in await redis.zrange(zset, 0, -1)]
     stale = [m for m in members if checkpoint_id_of_write_key(m) != current]
