@@ -203,8 +203,10 @@ async def test_client_disconnect_cancels_the_run_and_the_llm_request(
             break
         await asyncio.sleep(0.05)
     assert r.status_code == 200
-    events = [parse_sse_event(m.group(1), m.group(2))
-              for m in re.finditer(r"event: (\w+)\r?\ndata: (.*)\r?\n", r.text)]
+    events = [
+        parse_sse_event(m.group(1), m.group(2))
+        for m in re.finditer(r"event: (\w+)\r?\ndata: (.*)\r?\n", r.text)
+    ]
     assert events[-2] == TextFinal(content="Next answer.", is_final=True)
 
 
@@ -350,3 +352,14 @@ async def test_session_keys_in_redis_stay_flat(
         assert counts[-1] == counts[2], counts  # no growth per turn after the first ones
     finally:
         await redis.aclose()
+
+
+async def test_streamed_oversized_body_is_413(client: httpx.AsyncClient, graph: GraphProcess) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"session_id": "'
+        for _ in range(40):
+            yield b"x" * 50_000  # 2 MB without a content-length header
+        yield b'"}'
+
+    r = await client.post(PM, content=chunks(), headers={**graph.headers, "content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error_code"] == "request_too_large"
