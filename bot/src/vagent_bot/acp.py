@@ -24,12 +24,12 @@ from typing import Any, NamedTuple
 import structlog
 import uvicorn
 import yaml
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vagent_shared.access import AcContext, Resource, RoleGrant
+from vagent_shared.http_errors import api_error, install_error_handlers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import AcpSettings
 from vagent_shared.wire import AuthenticateRequest, ErrorResponse
@@ -232,10 +232,6 @@ class PolicyStore:
         return self._policy
 
 
-def _api_error(status: int, code: str, message: str) -> HTTPException:
-    return HTTPException(status, detail={"error_code": code, "message": message})
-
-
 _MESSAGES = {
     Reason.UNKNOWN_USER: "Unknown user.",
     Reason.NOT_IN_DOMAIN: "The user has no access in this domain.",
@@ -251,23 +247,7 @@ def create_app(policy_path: Path | str) -> FastAPI:
         description="DEV ONLY. Answers AcContexts from a YAML policy (docs/access-control.md).",
     )
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
-        first = details[0] if details else {"loc": [], "msg": "invalid request"}
-        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-        body = ErrorResponse(
-            error_code="invalid_request", message=f"{where}: {first['msg']}", details=details
-        )
-        return JSONResponse(body.model_dump(), status_code=422)
-
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        if isinstance(exc.detail, dict):
-            body = ErrorResponse(**exc.detail)
-        else:
-            body = ErrorResponse(error_code=f"http_{exc.status_code}", message=str(exc.detail))
-        return JSONResponse(body.model_dump(), status_code=exc.status_code)
+    install_error_handlers(app)
 
     @app.post(
         "/api/v1/authenticate",
@@ -292,7 +272,7 @@ def create_app(policy_path: Path | str) -> FastAPI:
                 decision="policy_invalid",
                 status=503,
             )
-            raise _api_error(503, "policy_invalid", "The access policy is not valid.") from exc
+            raise api_error(503, "policy_invalid", "The access policy is not valid.") from exc
         decision = context_for(policy, body.user_id, body.domain)
         status = decision.reason.status
         log.info(
@@ -304,7 +284,7 @@ def create_app(policy_path: Path | str) -> FastAPI:
             active_roles=decision.ac.active_roles if decision.ac else [],
         )
         if decision.ac is None:
-            raise _api_error(status, decision.reason.value, _MESSAGES[decision.reason])
+            raise api_error(status, decision.reason.value, _MESSAGES[decision.reason])
         return JSONResponse(decision.ac.to_wire())
 
     @app.get("/health")

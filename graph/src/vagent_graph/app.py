@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import structlog
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from langchain_core.language_models import BaseChatModel
@@ -39,6 +38,7 @@ from vagent_graph.tools import ToolRegistry, default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
+from vagent_shared.http_errors import api_error, install_error_handlers
 from vagent_shared.settings import GraphSettings
 from vagent_shared.wire import (
     ErrorResponse,
@@ -64,10 +64,6 @@ def check_security(settings: GraphSettings) -> None:
             "an open API would let anyone act as a superuser. Set GRAPH_API_TOKEN, or "
             "GRAPH_INSECURE_DEV=true for local development only."
         )
-
-
-def api_error(status: int, code: str, message: str) -> HTTPException:
-    return HTTPException(status, detail={"error_code": code, "message": message})
 
 
 @dataclass
@@ -183,25 +179,7 @@ def create_app(
     def rt(request: Request) -> Runtime:
         return request.app.state.rt  # type: ignore[no-any-return]
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
-        first = details[0] if details else {"loc": [], "msg": "invalid request"}
-        where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-        body = ErrorResponse(
-            error_code="invalid_request", message=f"{where}: {first['msg']}", details=details
-        )
-        return JSONResponse(body.model_dump(), status_code=422)
-
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
-        if isinstance(exc.detail, dict):
-            body = ErrorResponse(**exc.detail)
-        else:
-            body = ErrorResponse(error_code=f"http_{exc.status_code}", message=str(exc.detail))
-        return JSONResponse(
-            body.model_dump(), status_code=exc.status_code, headers=getattr(exc, "headers", None)
-        )
+    install_error_handlers(app)
 
     async def acquire(r: Runtime, session_id: str) -> SessionLock:
         try:

@@ -11,14 +11,13 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vagent_graph import metrics
+from vagent_shared.http_errors import api_error
 from vagent_shared.wire import ErrorResponse
 
 
 def payload_too_large() -> HTTPException:
     """Raised while the body is read: FastAPI passes HTTPExceptions through to its handler."""
-    return HTTPException(
-        413, detail={"error_code": "request_too_large", "message": "The request body is too large."}
-    )
+    return api_error(413, "request_too_large", "The request body is too large.")
 
 
 class RequestMiddleware:
