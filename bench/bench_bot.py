@@ -177,24 +177,13 @@ class BenchHuman(HumanClient):
     HUMAN_SYNC_TIMEOUT_MS (HumanClient uses 10 s) so an idle sync never lingers.
     """
 
+    sync_timeout_ms = HUMAN_SYNC_TIMEOUT_MS
+
     def __init__(self, client: Any, store_dir: Path, encryption: bool) -> None:
         super().__init__(client, store_dir, encryption)
         self.seen_at: dict[str, float] = {}  # message event id -> perf_counter when readable
         self.replies: dict[str, str] = {}  # question event id -> the first reply to it
         self.edits: dict[str, list[tuple[str, str]]] = {}  # original id -> [(edit id, new body)]
-
-    async def _sync_loop(self) -> None:
-        """HumanClient's loop with a shorter long-poll."""
-        failures = 0
-        while True:
-            try:
-                await self._sync_once(timeout_ms=HUMAN_SYNC_TIMEOUT_MS)
-                failures = 0
-            except RuntimeError:
-                failures += 1
-                if failures > 10:
-                    raise
-                await asyncio.sleep(0.2)
 
     def _record(self, room_id: str, ev: Any) -> None:
         super()._record(room_id, ev)

@@ -13,6 +13,7 @@ from tests.e2e.conftest import DOMAIN, Stack
 from tests.support.graph_process import TOKEN
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient, Msg
+from vagent_shared import SessionId
 
 pytestmark = pytest.mark.e2e
 TENANT = [{"type": "io.vagent.tenant", "state_key": "", "content": {"domain": DOMAIN}}]
@@ -26,6 +27,21 @@ def older_than(stack: Stack, cutoff: str) -> int:
 def said(text: str) -> Callable[[Msg], bool]:
     """The echo LLM's answer to `text`."""
     return lambda m: m.body == f"You said: {text}"
+
+
+async def ask_delete(
+    alice: HumanClient,
+    stack: Stack,
+    llm: ScriptedLLMServer,
+    room: str,
+    cutoff: str,
+    text: str,
+    thread_root: str | None = None,
+) -> Msg:
+    """Alice asks for a delete (the scripted LLM calls delete_records); the bot's question."""
+    llm.push_tool_calls([("delete_records", {"older_than": cutoff})])
+    await alice.send(room, text, thread_root=thread_root)
+    return await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
 
 
 async def dm_with_bot(human: HumanClient, stack: Stack, encrypted: bool = False) -> str:
@@ -63,9 +79,9 @@ async def test_delete_confirmed_in_a_thread_after_an_invalid_answer(
     root = await alice.send(room, "let's clean up")
     before = older_than(stack, "2016-01-01")
     assert before > 0
-    llm.push_tool_calls([("delete_records", {"older_than": "2016-01-01"})])
-    await alice.send(room, "!ai delete records older than 2016", thread_root=root)
-    question = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓"))
+    question = await ask_delete(
+        alice, stack, llm, room, "2016-01-01", "!ai delete records older than 2016", root
+    )
     assert question.body == f"❓ Delete {before} records older than 2016-01-01? (yes/no)"
     assert question.thread_root == root
     await alice.send(room, "maybe", thread_root=root)
@@ -83,9 +99,7 @@ async def test_no_cancels_and_deletes_nothing(
 ) -> None:
     room = await dm_with_bot(alice, stack)
     before = older_than(stack, "2019-01-01")
-    llm.push_tool_calls([("delete_records", {"older_than": "2019-01-01"})])
-    await alice.send(room, "delete records older than 2019")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    await ask_delete(alice, stack, llm, room, "2019-01-01", "delete records older than 2019")
     llm.push_text("Okay, I did not delete anything.")
     await alice.send(room, "No")
     await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Okay, I did not delete anything.")
@@ -96,9 +110,7 @@ async def test_no_cancels_and_deletes_nothing(
 
 async def test_confirmation_by_reaction(stack: Stack, alice: HumanClient, llm: ScriptedLLMServer) -> None:
     room = await dm_with_bot(alice, stack)
-    llm.push_tool_calls([("delete_records", {"older_than": "2017-01-01"})])
-    await alice.send(room, "delete records older than 2017")
-    q = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    q = await ask_delete(alice, stack, llm, room, "2017-01-01", "delete records older than 2017")
     llm.push_text("Deleted by reaction.")
     await alice.react(room, q.event_id, "✅")
     await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted by reaction.")
@@ -110,9 +122,7 @@ async def test_another_user_cannot_approve(
 ) -> None:
     room = await group(alice, stack, "shared")
     before = older_than(stack, "2020-06-01")
-    llm.push_tool_calls([("delete_records", {"older_than": "2020-06-01"})])
-    await alice.send(room, "!ai delete records older than 2020-06-01")
-    q = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    q = await ask_delete(alice, stack, llm, room, "2020-06-01", "!ai delete records older than 2020-06-01")
     await bob.send(room, "yes")
     await bob.send(room, "yes", reply_to=q.event_id)
     await bob.react(room, q.event_id, "✅")
@@ -238,11 +248,9 @@ async def test_expired_question_makes_the_next_message_a_new_request(
 
     room = await dm_with_bot(alice, stack)
     before = older_than(stack, "2021-01-01")
-    llm.push_tool_calls([("delete_records", {"older_than": "2021-01-01"})])
-    await alice.send(room, "delete records older than 2021")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    await ask_delete(alice, stack, llm, room, "2021-01-01", "delete records older than 2021")
     redis = Redis.from_url(stack.redis_url)
-    sid = f"{room}:main:{stack.users.alice}"
+    sid = SessionId(room_id=room, user_id=stack.users.alice).format()
     await redis.delete(redis_keys.hitl_pending(sid))  # what the question's TTL does
     await redis.aclose()
     await alice.send(room, "yes")

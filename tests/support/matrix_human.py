@@ -154,6 +154,9 @@ def _load_session(store_dir: Path, user_id: str) -> dict[str, Any]:
 class HumanClient:
     """A logged-in nio client plus a background sync that records everything it sees."""
 
+    #: The background sync's long-poll; Synapse answers at once when an event arrives.
+    sync_timeout_ms: int = 10_000
+
     def __init__(self, client: nio.AsyncClient, store_dir: Path, encryption: bool) -> None:
         self.client = client
         self.user_id: str = client.user_id
@@ -235,7 +238,7 @@ class HumanClient:
         failures = 0
         while True:
             try:
-                await self._sync_once(timeout_ms=10_000)
+                await self._sync_once(timeout_ms=self.sync_timeout_ms)
                 failures = 0
             except RuntimeError:
                 failures += 1

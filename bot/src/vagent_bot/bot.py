@@ -33,7 +33,7 @@ from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.invites import invite_allowed
 from vagent_bot.responder import Answer
-from vagent_bot.routing import IncomingMessage, parse_message, session_for, should_answer
+from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.streaming import EditThrottle
 from vagent_shared import redis_keys
@@ -253,17 +253,22 @@ class VagentBot:
             return
         self.workers.submit(sid.format(), lambda: self._handle_message(msg))
 
-    def _quick_text(self, msg: IncomingMessage) -> str:
-        d = should_answer(
+    def _decide(
+        self, msg: IncomingMessage, *, is_dm: bool, replied_to: str | None, in_thread: bool
+    ) -> Decision:
+        return should_answer(
             msg,
             bot_user_id=self.me,
             bot_display_name=self.display_name,
-            is_dm=True,
+            is_dm=is_dm,
             prefix=self.s.COMMAND_PREFIX,
-            replied_to_sender=None,
-            bot_in_thread=False,
+            replied_to_sender=replied_to,
+            bot_in_thread=in_thread,
         )
-        return d.text
+
+    def _quick_text(self, msg: IncomingMessage) -> str:
+        """The message without prefix/mention, before any I/O: enough to spot `!stop`."""
+        return self._decide(msg, is_dm=True, replied_to=None, in_thread=False).text
 
     # ---- per message -------------------------------------------------------------------
     def _is_dm(self, room_id: str) -> bool:
@@ -280,15 +285,7 @@ class VagentBot:
         in_thread = bool(
             msg.thread_root and await self.redis.exists(redis_keys.bot_thread(msg.room_id, msg.thread_root))
         )
-        decision = should_answer(
-            msg,
-            bot_user_id=self.me,
-            bot_display_name=self.display_name,
-            is_dm=is_dm,
-            prefix=self.s.COMMAND_PREFIX,
-            replied_to_sender=replied_to,
-            bot_in_thread=in_thread,
-        )
+        decision = self._decide(msg, is_dm=is_dm, replied_to=replied_to, in_thread=in_thread)
         log.debug("message", session_id=sid.format(), decision=decision.reason, body=msg.body)
 
         pending = await self.hitl.peek(sid.format())

@@ -82,7 +82,7 @@ class GraphClient:
             )
         except httpx.HTTPError as exc:
             raise GraphUnavailable(str(exc)) from exc
-        self._raise_for(r, "reset_session", r.content)
+        self._raise_for(r, "reset_session")
 
     async def healthy(self) -> bool:
         try:
@@ -96,7 +96,8 @@ class GraphClient:
         try:
             async with aconnect_sse(self._client, "POST", f"/api/v1/{endpoint}", json=body) as src:
                 if src.response.status_code != 200:
-                    self._raise_for(src.response, endpoint, await src.response.aread())
+                    await src.response.aread()
+                    self._raise_for(src.response, endpoint)
                 async for sse in src.aiter_sse():
                     try:
                         ev = parse_sse_event(sse.event, sse.data)
@@ -122,13 +123,15 @@ class GraphClient:
         metrics.GRAPH_REQUESTS.labels(endpoint, "ok").inc()
 
     @staticmethod
-    def _raise_for(r: httpx.Response, endpoint: str, content: bytes) -> None:
+    def _raise_for(r: httpx.Response, endpoint: str) -> None:
+        """A refusal as a typed exception; the body must have been read."""
         if r.status_code < 300:
             return
         try:
-            code = str(httpx.Response(200, content=content).json().get("error_code", ""))
+            body = r.json()
         except ValueError:
-            code = ""
+            body = {}
+        code = str(body.get("error_code", "")) if isinstance(body, dict) else ""
         metrics.GRAPH_REQUESTS.labels(endpoint, f"http_{r.status_code}").inc()
         log.warning("graph_refused", endpoint=endpoint, status=r.status_code, error_code=code)
         if r.status_code == 409 and code == "session_busy":

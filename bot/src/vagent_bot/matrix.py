@@ -97,27 +97,15 @@ async def login(client: AsyncClient, settings: BotSettings) -> None:
 
 
 async def send(
-    client: AsyncClient,
-    room_id: str,
-    content: dict[str, Any],
-    *,
-    event_type: str = "m.room.message",
-    attempts: int = 5,
+    client: AsyncClient, room_id: str, content: dict[str, Any], *, attempts: int = 5
 ) -> str | None:
     """Send, waiting out M_LIMIT_EXCEEDED (retry_after_ms) a few times; the event id or None."""
     for _ in range(attempts):
-        resp = await client.room_send(room_id, event_type, content, ignore_unverified_devices=True)
-        if isinstance(resp, RoomSendResponse):
-            return str(resp.event_id)
-        if isinstance(resp, RoomSendError) and resp.status_code == "M_LIMIT_EXCEEDED":
-            wait = (resp.retry_after_ms or 1000) / 1000
-            log.info("matrix_rate_limited", retry_after_s=wait)
-            await asyncio.sleep(min(wait, 30))
-            continue
-        log.error(
-            "matrix_send_failed", room_id=room_id, error=getattr(resp, "status_code", type(resp).__name__)
-        )
-        return None
+        event_id, retry_after_ms = await try_send_once(client, room_id, content)
+        if retry_after_ms is None:
+            return event_id
+        log.info("matrix_rate_limited", retry_after_s=retry_after_ms / 1000)
+        await asyncio.sleep(min(retry_after_ms / 1000, 30))
     return None
 
 
@@ -130,5 +118,5 @@ async def try_send_once(
         return str(resp.event_id), None
     if isinstance(resp, RoomSendError) and resp.status_code == "M_LIMIT_EXCEEDED":
         return None, int(resp.retry_after_ms or 1000)
-    log.warning("matrix_edit_failed", error=getattr(resp, "status_code", type(resp).__name__))
+    log.error("matrix_send_failed", room_id=room_id, error=getattr(resp, "status_code", type(resp).__name__))
     return None, None

@@ -165,7 +165,7 @@ class Answer:
             self._finalized = True
             if self.event_id is None:
                 for part in parts:
-                    await self._send_new(part)
+                    await self.notice(part)
                 return
             for _ in range(5):  # the final edit is not subject to the cap, only to rate limits
                 wait = self.throttle.final_at(time.monotonic()) - time.monotonic()
@@ -174,18 +174,11 @@ class Answer:
                 if await self._edit(parts[0], html=True):
                     break
             for part in parts[1:]:
-                await self._send_new(part)
-
-    async def _send_new(self, text: str) -> None:
-        content = message_content(text, thread_root=self.thread_root, reply_to=self.reply_to)
-        event_id = await matrix.send(self.client, self.room_id, content)
-        if event_id:
-            self.sent_event_ids.append(event_id)
-            if self.first_reply_at is None:
-                self.first_reply_at = time.monotonic()
+                await self.notice(part)
 
     async def notice(self, text: str) -> str | None:
-        """A separate short message (question, error, refusal) in the same thread/reply chain."""
+        """A separate message (question, error, refusal, or the next part of a long answer) in the
+        same thread/reply chain."""
         content = message_content(text, thread_root=self.thread_root, reply_to=self.reply_to)
         event_id = await matrix.send(self.client, self.room_id, content)
         if event_id:

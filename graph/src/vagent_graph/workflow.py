@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypedDict
 
 import structlog
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_stream_writer
@@ -196,8 +196,6 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any] | None) -> Co
 
 def new_turn_input(message: str, ac: AcContext) -> dict[str, Any]:
     """The graph input for one user message."""
-    from langchain_core.messages import HumanMessage
-
     return {
         "messages": [HumanMessage(content=message)],
         "ac_context": ac.to_wire(),
