@@ -144,8 +144,11 @@ async def stream_run(
                 async for mode, payload in graph.astream(
                     graph_input, config, stream_mode=STREAM_MODES, durability=DURABILITY
                 ):
-                    for ev in mapper.map(mode, payload):
+                    events = mapper.map(mode, payload)
+                    for ev in events:
                         queue.put_nowait(ev)
+                    if events:  # hand the event to the client now, not after the next chunks
+                        await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -15,6 +15,14 @@ from redis.asyncio import Redis
 
 from vagent_shared import redis_keys
 
+#: 0: busy; 1: taken, no question pending; 2: taken, a question may be pending.
+#: One script (EVALSHA) is one command: cheaper than a pipeline on the request path.
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1 + redis.call('exists', KEYS[2])
+end
+return 0
+"""
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 
 
@@ -32,17 +40,15 @@ class SessionLock:
     @classmethod
     async def acquire(cls, redis: Redis, session_id: str, ttl_seconds: float) -> SessionLock:
         token = uuid.uuid4().hex
-        async with redis.pipeline(transaction=False) as p:
-            p.set(redis_keys.session_lock(session_id), token, nx=True, px=int(ttl_seconds * 1000))
-            p.exists(redis_keys.graph_question_pending(session_id))
-            got, pending = await p.execute()
+        keys = [redis_keys.session_lock(session_id), redis_keys.graph_question_pending(session_id)]
+        got = int(await redis.register_script(_ACQUIRE)(keys, [token, int(ttl_seconds * 1000)]))
         if not got:
             raise SessionBusy(session_id)
-        return cls(redis, session_id, token, bool(pending))
+        return cls(redis, session_id, token, got == 2)
 
     async def release(self) -> None:
         """Only our own lock: an expired one may belong to a newer run by now."""
-        await self.redis.eval(_RELEASE, 1, redis_keys.session_lock(self.session_id), self.token)  # type: ignore[misc]
+        await self.redis.register_script(_RELEASE)([redis_keys.session_lock(self.session_id)], [self.token])
 
     async def mark_question(self, pending: bool, ttl_seconds: int) -> None:
         key = redis_keys.graph_question_pending(self.session_id)
