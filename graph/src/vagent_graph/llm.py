@@ -23,8 +23,10 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         return OfflineChatModel()
     from langchain_openai import ChatOpenAI
 
+    from vagent_graph.openai_plain import PlainChatCompletions
+
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
-    return ChatOpenAI(
+    chat = ChatOpenAI(
         model=model_name(settings, agent),
         base_url=settings.OPENAI_BASE_URL,
         api_key=key,  # type: ignore[arg-type]
@@ -34,3 +36,8 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         timeout=settings.LLM_TIMEOUT_SECONDS,
         max_retries=1,
     )
+    # Same client, minus the SDK's per-request walk over every message (see openai_plain).
+    # Set after construction: validate_environment builds root_async_client only when no
+    # async_client is given, and ChatOpenAI does not validate assignments.
+    chat.async_client = PlainChatCompletions(chat.root_async_client)
+    return chat
