@@ -32,8 +32,20 @@ def test_final_text_comes_from_the_last_answer() -> None:
         "updates",
         {"agent": {"messages": [AIMessage(content="", tool_calls=[{"name": "t", "args": {}, "id": "1"}])]}},
     )
-    m.map("updates", {"agent": {"messages": [AIMessage(content="All done.")]}})
-    assert m.closing() == [TextFinal(content="All done.", is_final=True)]
+    assert m.map("updates", {"agent": {"messages": [AIMessage(content="All done.")]}}) == [
+        TextFinal(content="All done.", is_final=True)
+    ]
+    assert m.closing() == []  # sent as soon as the answer was complete, never twice
+
+
+def test_a_run_without_an_answer_still_ends_with_a_final_text() -> None:
+    m = EventMapper()
+    m.map(
+        "updates",
+        {"agent": {"messages": [AIMessage(content="", tool_calls=[{"name": "t", "args": {}, "id": "1"}])]}},
+    )
+    m.map("updates", {"tools": {"messages": [ToolMessage(content="Cancelled", tool_call_id="1")]}})
+    assert m.closing() == [TextFinal(content="", is_final=True)]
 
 
 def test_interrupt_becomes_a_hitl_request_instead_of_final_text() -> None:

@@ -43,6 +43,7 @@ class EventMapper:
 
     chunk_index: int = 0
     final_text: str = ""
+    final_sent: bool = False
     interrupt: HitlRequest | None = None
     failed: bool = False
     _interrupt_kind: str = field(default="confirm")
@@ -66,6 +67,7 @@ class EventMapper:
             if isinstance(payload, dict) and payload.get("type") == "progress":
                 return [Progress(content=str(payload.get("content", "")))]
             return []
+        out: list[SSEEvent] = []
         if mode == "updates" and isinstance(payload, dict):
             for node, update in payload.items():
                 if node == "__interrupt__":
@@ -73,8 +75,11 @@ class EventMapper:
                 elif node == "agent" and isinstance(update, dict):
                     for m in update.get("messages", []):
                         if isinstance(m, AIMessage) and not m.tool_calls:
-                            self.final_text = str(m.content)
-        return []
+                            # The answer is complete: send it now, not after the final
+                            # checkpoint write (a failure there still follows as `error`).
+                            self.final_text, self.final_sent = str(m.content), True
+                            out.append(TextFinal(content=self.final_text, is_final=True))
+        return out
 
     def _take_interrupt(self, interrupts: Any) -> None:
         for it in interrupts or ():
@@ -89,8 +94,9 @@ class EventMapper:
                 )
 
     def closing(self) -> list[SSEEvent]:
-        """What follows the streamed items: the question, or the final text."""
-        if self.failed:
+        """What follows the streamed items: the question, or the final text if no answer
+        was sent yet (a run stopped by a cancelled question ends with an empty one)."""
+        if self.failed or self.final_sent:
             return []
         if self.interrupt is not None:
             metrics.HITL_REQUESTS.labels(self._interrupt_kind).inc()
