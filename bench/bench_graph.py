@@ -5,8 +5,8 @@ Redis one conversation holds as it grows.
 1. Latency. The same 20-chunk answer from a zero-delay OpenAI-compatible stand-in, measured
    BARE (in-process ``graph.astream`` of a graph built exactly as the service builds it) and
    SERVICE (``POST /api/v1/process_message`` to the real ``vagent-graph`` subprocess, SSE
-   read with httpx), sequentially and at ``--concurrency``. p50/p99 of time to the first
-   text and to the end; the service/bare ratio shows the overhead of the service layer.
+   read by the bot's own GraphClient), sequentially and at ``--concurrency``. p50/p99 of
+   time to the first text and to the end; the service/bare ratio shows the overhead of the service layer.
 2. Redis. ``MEMORY USAGE`` summed over every key of ONE session after 10 and ``--turns``
    turns, on a dedicated Redis, to show whether a session's footprint stays bounded.
 
@@ -33,8 +33,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-from httpx_sse import aconnect_sse
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -65,7 +63,8 @@ from bench.common import (  # noqa: E402
 )
 from redis_local import RedisServer, free_port  # noqa: E402
 from tests.support.factories import ac, message_body, new_session  # noqa: E402
-from tests.support.graph_process import GraphProcess  # noqa: E402
+from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
+from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_graph.agent import load_descriptor  # noqa: E402
 from vagent_graph.app import open_runtime  # noqa: E402
 from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
@@ -73,9 +72,10 @@ from vagent_graph.runner import STREAM_MODES  # noqa: E402
 from vagent_graph.tools import default_registry  # noqa: E402
 from vagent_graph.workflow import new_turn_input  # noqa: E402
 from vagent_shared import AcContext  # noqa: E402
+from vagent_shared.events import Done, ErrorEvent, TextChunk  # noqa: E402
 from vagent_shared.settings import GraphSettings  # noqa: E402
+from vagent_shared.wire import ProcessMessageRequest  # noqa: E402
 
-PM = "/api/v1/process_message"
 RATIO_TARGET = 1.3
 REDIS_RATIO_TARGET = 2.0
 FIRST_CHECKPOINT = 10
@@ -89,7 +89,7 @@ VERSIONS_OF = (
     "fastapi",
     "uvicorn",
     "sse-starlette",
-    "httpx",
+    "aiohttp",
     "redis",
 )
 #: The same user (all tools visible) for every request, so the LLM request carries tool schemas.
@@ -201,26 +201,23 @@ async def bare_request(graph: CompiledStateGraph[Any], session_id: str | None = 
     return Sample(first, total, chunks)
 
 
-async def service_request(client: httpx.AsyncClient, headers: dict[str, str]) -> Sample:
-    """One POST; first = first `text_chunk` event, total = `done` event. Reads to EOF so the
-    connection goes back to the keep-alive pool."""
-    body = message_body(new_session(), QUESTION, USER_AC)
+async def service_request(client: GraphClient) -> Sample:
+    """One POST through the bot's own graph client; first = first `text_chunk` event,
+    total = `done` event (the stream is read to its end, so the connection is reused)."""
+    req = ProcessMessageRequest.model_validate(message_body(new_session(), QUESTION, USER_AC))
     start = time.perf_counter()
     first: float | None = None
     total: float | None = None
     chunks = 0
-    async with aconnect_sse(client, "POST", PM, json=body, headers=headers) as src:
-        if src.response.status_code != 200:
-            raise BenchError(f"HTTP {src.response.status_code}: {(await src.response.aread())[:300]!r}")
-        async for sse in src.aiter_sse():
-            if sse.event == "text_chunk":
-                chunks += 1
-                if first is None:
-                    first = time.perf_counter() - start
-            elif sse.event == "done":
-                total = time.perf_counter() - start
-            elif sse.event == "error":
-                raise BenchError(f"service answered an error event: {sse.data}")
+    async for ev in client.process_message(req):
+        if isinstance(ev, TextChunk):
+            chunks += 1
+            if first is None:
+                first = time.perf_counter() - start
+        elif isinstance(ev, Done):
+            total = time.perf_counter() - start
+        elif isinstance(ev, ErrorEvent):
+            raise BenchError(f"service answered an error event: {ev.message}")
     if first is None or total is None:
         raise BenchError("service stream ended without text or without done")
     return Sample(first, total, chunks)
@@ -294,16 +291,16 @@ async def measure_memory(
     points: list[MemoryPoint] = []
     redis = Redis.from_url(redis_url)
     try:
-        async with httpx.AsyncClient(base_url=service.url, timeout=30) as client:
+        client = GraphClient(service.url, TOKEN)
+        try:
             for turn in range(1, turns + 1):
                 body = message_body(session, f"{QUESTION} ({turn})", USER_AC)
-                async with aconnect_sse(client, "POST", PM, json=body, headers=service.headers) as src:
-                    if src.response.status_code != 200:
-                        raise BenchError(f"HTTP {src.response.status_code} on turn {turn}")
-                    async for _ in src.aiter_sse():
-                        pass
+                async for _ in client.process_message(ProcessMessageRequest.model_validate(body)):
+                    pass
                 if turn in checkpoints:
                     points.append(await session_footprint(redis, session.format(), turn))
+        finally:
+            await client.aclose()
     finally:
         await redis.aclose()
     return points
@@ -434,17 +431,14 @@ def parse_args(argv: Sequence[str] | None) -> Config:
 async def latency_benchmark(cfg: Config, settings: GraphSettings, service: GraphProcess) -> list[Phase]:
     """Bare and service, sequential then concurrent, interleaved so drift hits both."""
     phases: list[Phase] = []
-    limits = httpx.Limits(max_connections=cfg.concurrency + 5, max_keepalive_connections=cfg.concurrency + 5)
-    async with (
-        service_like_graph(settings) as graph,
-        httpx.AsyncClient(base_url=service.url, timeout=60, limits=limits) as client,
-    ):
+    client = GraphClient(service.url, TOKEN)
+    async with service_like_graph(settings) as graph, contextlib.aclosing(client):
 
         async def bare() -> Sample:
             return await bare_request(graph)
 
         async def svc() -> Sample:
-            return await service_request(client, service.headers)
+            return await service_request(client)
 
         print(f"   warm-up: {cfg.warmup} sequential + {cfg.concurrency} concurrent per mode...", flush=True)
         await warm_up(bare, cfg.warmup, cfg.concurrency)

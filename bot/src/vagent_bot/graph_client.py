@@ -1,22 +1,27 @@
-"""HTTP + SSE client of the graph service (httpx + httpx-sse), with the service token.
+"""HTTP + SSE client of the graph service, with the service token.
 
-Failures become a few typed exceptions the bot can turn into one short message.
+aiohttp (which matrix-nio already runs on) rather than httpx: per request it costs
+~0.3 ms less before the first event arrives (bench-graph), on every message's path.
+The stream is decoded by `vagent_shared.events.SSEDecoder`. Failures become a few typed
+exceptions the bot can turn into one short message.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
-from typing import Any
 
-import httpx
+import aiohttp
 import structlog
-from httpx_sse import aconnect_sse
+from pydantic import BaseModel
 
 from vagent_bot import metrics
-from vagent_shared.events import SSEEvent, parse_sse_event
+from vagent_shared.events import SSEDecoder, SSEEvent, parse_sse_event
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest, ResetRequest
 
 log = structlog.get_logger(__name__)
+
+_JSON = {"Content-Type": "application/json"}
 
 
 class GraphError(Exception):
@@ -48,96 +53,120 @@ class GraphRejected(GraphError):
 
 
 class GraphClient:
+    """One keep-alive connection pool to the graph. `read_timeout` bounds the silence
+    between two reads of a stream (the graph pings every 15 s while it works)."""
+
     def __init__(
         self,
         base_url: str,
         token: str | None,
         *,
         read_timeout: float = 90.0,
-        client: httpx.AsyncClient | None = None,
+        session: aiohttp.ClientSession | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = client or httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(connect=5.0, read=read_timeout, write=10.0, pool=10.0),
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=10.0, sock_connect=5.0, sock_read=read_timeout
         )
+        self._session = session
+        self._owns_session = session is None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """Created on first use: an aiohttp session belongs to the running loop."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=100),
+                timeout=self._timeout,
+                headers=self._headers,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def process_message(self, req: ProcessMessageRequest) -> AsyncIterator[SSEEvent]:
-        async for ev in self._stream("process_message", req.model_dump(mode="json")):
+        async for ev in self._stream("process_message", req):
             yield ev
 
     async def submit_feedback(self, req: FeedbackRequest) -> AsyncIterator[SSEEvent]:
-        async for ev in self._stream("submit_feedback", req.model_dump(mode="json")):
+        async for ev in self._stream("submit_feedback", req):
             yield ev
 
     async def reset(self, session_id: str) -> None:
+        body = ResetRequest(session_id=session_id).model_dump_json()
         try:
-            r = await self._client.post(
-                "/api/v1/reset_session", json=ResetRequest(session_id=session_id).model_dump()
-            )
-        except httpx.HTTPError as exc:
-            raise GraphUnavailable(str(exc)) from exc
-        self._raise_for(r, "reset_session")
+            async with self._http().post(
+                f"{self.base_url}/api/v1/reset_session", data=body, headers=_JSON
+            ) as r:
+                raw = await r.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise GraphUnavailable(type(exc).__name__) from exc
+        self._raise_for(r.status, raw, "reset_session")
 
     async def healthy(self) -> bool:
         try:
-            r = await self._client.get("/health", timeout=3)
-            return r.status_code == 200
-        except httpx.HTTPError:
+            async with self._http().get(
+                f"{self.base_url}/health", timeout=aiohttp.ClientTimeout(total=3)
+            ) as r:
+                await r.read()
+                return r.status == 200
+        except (aiohttp.ClientError, TimeoutError):
             return False
 
-    async def _stream(self, endpoint: str, body: dict[str, Any]) -> AsyncIterator[SSEEvent]:
+    async def _stream(self, endpoint: str, req: BaseModel) -> AsyncIterator[SSEEvent]:
         done = False
+        decoder = SSEDecoder()
         try:
-            async with aconnect_sse(self._client, "POST", f"/api/v1/{endpoint}", json=body) as src:
-                if src.response.status_code != 200:
-                    await src.response.aread()
-                    self._raise_for(src.response, endpoint)
-                async for sse in src.aiter_sse():
-                    try:
-                        ev = parse_sse_event(sse.event, sse.data)
-                    except ValueError:
-                        log.warning("graph_unknown_event", sse_event=sse.event[:50])
-                        continue
-                    if ev.EVENT == "done":
-                        done = True
-                    yield ev
+            async with self._http().post(
+                f"{self.base_url}/api/v1/{endpoint}",
+                data=req.model_dump_json(),
+                headers={**_JSON, "Accept": "text/event-stream"},
+            ) as resp:
+                if resp.status != 200:
+                    self._raise_for(resp.status, await resp.read(), endpoint)
+                async for chunk in resp.content.iter_any():
+                    for raw in decoder.feed(chunk):
+                        try:
+                            ev = parse_sse_event(raw.event, raw.data)
+                        except ValueError:
+                            log.warning("graph_unknown_event", sse_event=raw.event[:50])
+                            continue
+                        if ev.EVENT == "done":
+                            done = True
+                        yield ev
         except GraphError:
             raise
-        except httpx.HTTPError as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             metrics.GRAPH_REQUESTS.labels(endpoint, "unreachable" if not done else "ok").inc()
             if done:
                 return
             log.error("graph_stream_failed", endpoint=endpoint, error_type=type(exc).__name__)
-            raise (GraphUnavailable if isinstance(exc, httpx.ConnectError) else GraphStreamBroken)(
-                type(exc).__name__
-            ) from exc
+            unreachable = isinstance(exc, aiohttp.ClientConnectorError)
+            raise (GraphUnavailable if unreachable else GraphStreamBroken)(type(exc).__name__) from exc
         if not done:
             metrics.GRAPH_REQUESTS.labels(endpoint, "broken").inc()
             raise GraphStreamBroken("stream ended without done")
         metrics.GRAPH_REQUESTS.labels(endpoint, "ok").inc()
 
     @staticmethod
-    def _raise_for(r: httpx.Response, endpoint: str) -> None:
-        """A refusal as a typed exception; the body must have been read."""
-        if r.status_code < 300:
+    def _raise_for(status: int, raw: bytes, endpoint: str) -> None:
+        """A refusal as a typed exception."""
+        if status < 300:
             return
         try:
-            body = r.json()
+            body = json.loads(raw)
         except ValueError:
             body = {}
         code = str(body.get("error_code", "")) if isinstance(body, dict) else ""
-        metrics.GRAPH_REQUESTS.labels(endpoint, f"http_{r.status_code}").inc()
-        log.warning("graph_refused", endpoint=endpoint, status=r.status_code, error_code=code)
-        if r.status_code == 409 and code == "session_busy":
+        metrics.GRAPH_REQUESTS.labels(endpoint, f"http_{status}").inc()
+        log.warning("graph_refused", endpoint=endpoint, status=status, error_code=code)
+        if status == 409 and code == "session_busy":
             raise GraphBusy(code)
-        if r.status_code == 409:
+        if status == 409:
             raise GraphNoPending(code)
-        if r.status_code >= 500 or r.status_code in (401, 403):
-            raise GraphUnavailable(f"{r.status_code} {code}")
-        raise GraphRejected(f"{r.status_code} {code}")
+        if status >= 500 or status in (401, 403):
+            raise GraphUnavailable(f"{status} {code}")
+        raise GraphRejected(f"{status} {code}")

@@ -6,7 +6,8 @@ Every stream ends with `done`.
 
 from __future__ import annotations
 
-import json
+import re
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -79,5 +80,66 @@ def parse_sse_event(event: str, data: str) -> SSEEvent:
     cls = EVENT_TYPES.get(event)
     if cls is None:
         raise ValueError(f"unknown SSE event type {event!r}")
-    payload = json.loads(data) if data.strip() else {}
-    return cls.model_validate(payload)  # type: ignore[return-value]
+    if not data.strip():
+        return cls.model_validate({})  # type: ignore[return-value]
+    return cls.model_validate_json(data)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class RawEvent:
+    """One dispatched SSE event before it is parsed into its model."""
+
+    event: str
+    data: str
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass
+class SSEDecoder:
+    """Incremental `text/event-stream` parser (the WHATWG rules the graph's stream needs):
+    feed it bytes as they arrive, get the complete events. Pure, so any HTTP client can
+    stream through it. Lines end in CRLF, LF or CR; `:` lines are comments (pings);
+    several `data:` lines join with newlines; `id` and `retry` are ignored.
+    """
+
+    _buf: bytes = b""
+    _event: str = ""
+    _data: list[str] = field(default_factory=list)
+    _started: bool = False
+    _after_cr: bool = False  # the last read ended in CR: a LF starting the next belongs to it
+
+    def feed(self, chunk: bytes) -> list[RawEvent]:
+        if not chunk:
+            return []
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._after_cr = False
+        self._buf += chunk
+        out: list[RawEvent] = []
+        pos = 0
+        for m in _LINE_END.finditer(self._buf):
+            self._line(self._buf[pos : m.start()], out)
+            pos = m.end()
+        self._after_cr = pos > 0 and self._buf[pos - 1 : pos] == b"\r"
+        self._buf = self._buf[pos:]
+        return out
+
+    def _line(self, raw: bytes, out: list[RawEvent]) -> None:
+        line = raw.decode("utf-8", errors="replace")
+        if not self._started:
+            self._started, line = True, line.removeprefix("\ufeff")
+        if not line:
+            if self._data:
+                out.append(RawEvent(self._event or "message", "\n".join(self._data)))
+            self._event, self._data = "", []
+            return
+        if line.startswith(":"):
+            return
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
