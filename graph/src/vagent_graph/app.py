@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import hmac
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +24,7 @@ from langgraph.types import Command
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 
 from vagent_graph import metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
@@ -31,7 +32,7 @@ from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.middleware import RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.runner import DURABILITY, stream_run
+from vagent_graph.runner import DURABILITY, Run, stream_run
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import CachingRedisSerializer, prune_stale_writes
 from vagent_graph.tools import ToolRegistry, default_registry
@@ -212,18 +213,39 @@ def create_app(
             log.debug("lock_release_failed", error_type=type(exc).__name__)
 
     def sse(
-        endpoint: str,
-        session_id: str,
-        lock: SessionLock,
-        events: Callable[[], AsyncGenerator[SSEEvent, None]],
+        endpoint: str, session_id: str, lock: SessionLock, events: AsyncGenerator[SSEEvent, None]
     ) -> EventSourceResponse:
+        start = time.perf_counter()
+        outcome: SSEEvent | None = None
+        finished = False
+
+        async def finish() -> None:
+            """Stop the run, remember how it ended, unlock: exactly once. From the stream's
+            end, or (as the response's background task) when the stream never started."""
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            # A disconnect cancels the stream: the run must be stopped and the session
+            # unlocked even so, hence the shield (anyio re-cancels every await).
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
+                await tidy(lock, outcome)
+                await release(lock)
+            metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
+            log.info(
+                "stream_closed",
+                endpoint=endpoint,
+                session_id=session_id,
+                seconds=round(time.perf_counter() - start, 4),
+            )
+
         async def gen() -> AsyncIterator[ServerSentEvent]:
-            start, first = time.perf_counter(), True
-            outcome: SSEEvent | None = None
-            stream = events()
+            nonlocal outcome
+            first = True
             with structlog.contextvars.bound_contextvars(session_id=session_id):
                 try:
-                    async for ev in stream:
+                    async for ev in events:
                         if isinstance(ev, HitlRequest | TextFinal):
                             outcome = ev
                         if first:
@@ -232,19 +254,13 @@ def create_app(
                         yield ServerSentEvent(event=ev.EVENT, data=ev.sse_data())
                     yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
                 finally:
-                    # A disconnect cancels this generator: the run must be stopped and the
-                    # session unlocked even so, hence the shield (anyio re-cancels every await).
-                    with anyio.CancelScope(shield=True):
-                        await stream.aclose()
-                        await tidy(lock, outcome)
-                        await release(lock)
-                    metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
-                    log.info(
-                        "stream_closed", endpoint=endpoint, seconds=round(time.perf_counter() - start, 4)
-                    )
+                    await finish()
 
         return EventSourceResponse(
-            gen(), ping=15, headers={"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
+            gen(),
+            ping=15,
+            headers={"X-Accel-Buffering": "no", "Cache-Control": "no-cache"},
+            background=BackgroundTask(finish),
         )
 
     async def close_stale_question(r: Runtime, session_id: str) -> None:
@@ -288,11 +304,16 @@ def create_app(
             )
         log.debug("process_message", user_id=body.user_id, chars=len(body.message))
         lock = await acquire(r, body.session_id)
+        cfg = _config(body.session_id)
+        turn = new_turn_input(body.message, body.ac_context)
+        timeout = r.settings.RUN_TIMEOUT_SECONDS
+        if not lock.question_may_be_pending:
+            # The usual case: the run starts now, while the response is being set up.
+            return sse("process_message", body.session_id, lock, Run(r.graph, turn, cfg, timeout).events())
 
-        async def events() -> AsyncGenerator[SSEEvent, None]:
+        async def after_stale_question() -> AsyncGenerator[SSEEvent, None]:
             try:
-                if lock.question_may_be_pending:
-                    await close_stale_question(r, body.session_id)
+                await close_stale_question(r, body.session_id)
             except Exception:
                 log.exception("close_stale_question_failed")
                 yield ErrorEvent(
@@ -300,17 +321,11 @@ def create_app(
                     message="Something went wrong while answering. Please try again.",
                 )
                 return
-            run = stream_run(
-                r.graph,
-                new_turn_input(body.message, body.ac_context),
-                _config(body.session_id),
-                r.settings.RUN_TIMEOUT_SECONDS,
-            )
-            async with contextlib.aclosing(run):
+            async with contextlib.aclosing(stream_run(r.graph, turn, cfg, timeout)) as run:
                 async for ev in run:
                     yield ev
 
-        return sse("process_message", body.session_id, lock, events)
+        return sse("process_message", body.session_id, lock, after_stale_question())
 
     @app.post(
         "/api/v1/submit_feedback",
@@ -353,13 +368,12 @@ def create_app(
         command: Command[Any] = Command(resume=body.response, update=update)
         cfg = _config(body.session_id)
 
-        def events() -> AsyncGenerator[SSEEvent, None]:
-            return stream_run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS)
-
+        events = stream_run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS)
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:
+            collected: list[SSEEvent] = []
             try:
-                collected = [ev async for ev in events()]
+                collected = [ev async for ev in events]
             finally:
                 last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
                 await tidy(lock, last)

@@ -137,14 +137,25 @@ def error_event_for(exc: BaseException) -> ErrorEvent:
     )
 
 
-async def stream_run(
-    graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
-) -> AsyncGenerator[SSEEvent, None]:
-    """Every event of one run, then the question or the final text (not `done`)."""
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    mapper = EventMapper()
+class Run:
+    """One graph run, started at once in its own task, feeding a queue that `events()`
+    reads. Starting before the HTTP response is set up lets the run's first Redis and LLM
+    round trips overlap that work. `close()` (idempotent) cancels a run nobody reads."""
 
-    async def produce() -> None:
+    def __init__(
+        self, graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
+    ) -> None:
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._mapper = EventMapper()
+        self._closed = False
+        metrics.ACTIVE_RUNS.inc()
+        produce = self._produce(graph, graph_input, config, run_timeout)
+        self._task = asyncio.create_task(produce, name="graph-run")
+
+    async def _produce(
+        self, graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
+    ) -> None:
+        queue, mapper = self._queue, self._mapper
         try:
             async with asyncio.timeout(run_timeout):
                 async for mode, payload in graph.astream(
@@ -164,17 +175,31 @@ async def stream_run(
         finally:
             queue.put_nowait(_END)
 
-    metrics.ACTIVE_RUNS.inc()
-    task = asyncio.create_task(produce(), name="graph-run")
-    try:
-        while (item := await queue.get()) is not _END:
-            yield item
-        for ev in mapper.closing():
-            yield ev
-    finally:
+    async def events(self) -> AsyncGenerator[SSEEvent, None]:
+        """Every event of the run, then the question or the final text (not `done`)."""
+        try:
+            while (item := await self._queue.get()) is not _END:
+                yield item
+            for ev in self._mapper.closing():
+                yield ev
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop the run if it is still going (the client went away); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         metrics.ACTIVE_RUNS.dec()
-        if not task.done():
+        if not self._task.done():
             log.info("run_cancelled", reason="client went away")
-            task.cancel()
+            self._task.cancel()
             with anyio.CancelScope(shield=True):
-                await asyncio.gather(task, return_exceptions=True)
+                await asyncio.gather(self._task, return_exceptions=True)
+
+
+def stream_run(
+    graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
+) -> AsyncGenerator[SSEEvent, None]:
+    """Start a run and read all its events (see Run); closing the generator stops the run."""
+    return Run(graph, graph_input, config, run_timeout).events()
