@@ -1,7 +1,7 @@
 """Layer-1 access over real HTTP: the bot's AccessProvider against the real `vagent-acp`
 subprocess, and against small misbehaving providers started in-process.
 
-Why real sockets and no httpx mocks: fail-closed behaviour lives in the details (a
+Why real sockets and no HTTP mocks: fail-closed behaviour lives in the details (a
 refused connection, a provider that never answers or trickles, a 500, garbage JSON, an
 answer about somebody else) and only a real server produces them faithfully.
 """
@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 import yaml
@@ -218,19 +219,32 @@ def test_acp_refuses_to_start_with_an_invalid_policy(tmp_path: Path) -> None:
 Respond = Callable[[dict[str, Any]], Awaitable[bytes]]
 
 
-def http_response(status: int, body: bytes, content_type: str = "application/json") -> bytes:
+def http_response(
+    status: int,
+    body: bytes,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+    keep_alive: bool = False,
+) -> bytes:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
-        f"HTTP/1.1 {status} Whatever\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"HTTP/1.1 {status} Whatever\r\nContent-Type: {content_type}\r\n{extra}"
+        f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
     )
     return head.encode() + body
 
 
 class FakeProvider:
-    """A raw asyncio HTTP/1.1 server whose answer `respond` decides; records request bodies."""
+    """A raw asyncio HTTP/1.1 server whose answer `respond` decides; records request bodies.
 
-    def __init__(self, respond: Respond) -> None:
+    With `keep_alive`, it serves requests on a connection until the client closes it, and
+    `connections` counts the connections it accepted.
+    """
+
+    def __init__(self, respond: Respond, keep_alive: bool = False) -> None:
         self.respond = respond
+        self.keep_alive = keep_alive
+        self.connections = 0
         self.requests: list[dict[str, Any]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._server: asyncio.Server | None = None
@@ -240,17 +254,21 @@ class FakeProvider:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = json.loads(await reader.readexactly(length))
-            self.requests.append(body)
-            writer.write(await self.respond(body))
-            await writer.drain()
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = json.loads(await reader.readexactly(length))
+                self.requests.append(body)
+                writer.write(await self.respond(body))
+                await writer.drain()
+                if not self.keep_alive:
+                    break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -323,6 +341,72 @@ async def test_unexpected_status_fails_closed(status: int, kind: str) -> None:
     assert _count(ACP_ERRORS, kind) == before + 1
 
 
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_redirects_are_not_followed(status: int) -> None:
+    """Even to a provider that would grant: only the configured URL may answer."""
+
+    async def ok(body: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json(body["user_id"]))
+
+    async with FakeProvider(ok) as elsewhere:
+
+        async def redirect(_: dict[str, Any]) -> bytes:
+            location = elsewhere.url + "/api/v1/authenticate"
+            return http_response(status, b"", headers={"Location": location})
+
+        before = _count(ACP_ERRORS, "http_3xx")
+        result, _ = await check_against(redirect)
+    assert result == AccessResult(False, "provider_error", None)
+    assert _count(ACP_ERRORS, "http_3xx") == before + 1
+    assert elsewhere.requests == [] and elsewhere.connections == 0
+
+
+async def test_connections_are_kept_alive_and_reused() -> None:
+    async def ok(body: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json(body["user_id"]), keep_alive=True)
+
+    async with FakeProvider(ok, keep_alive=True) as fake:
+        p = AccessProvider(fake.url, timeout=5.0, agent_id="vagent")
+        try:
+            for _ in range(5):
+                assert (await p.check(ALICE, DOMAIN)).allowed
+        finally:
+            await p.aclose()
+    assert fake.requests == [{"user_id": ALICE, "domain": DOMAIN}] * 5
+    assert fake.connections == 1
+
+
+def test_construction_needs_no_event_loop() -> None:
+    """The provider makes its HTTP session on first use, inside the loop (aiohttp requires one)."""
+    AccessProvider("http://127.0.0.1:1", timeout=1.0, agent_id="vagent")
+
+
+async def test_a_closed_provider_fails_closed(acp: AcpProcess) -> None:
+    p = AccessProvider(acp.url, timeout=5.0, agent_id="vagent")
+    assert (await p.check(ALICE, DOMAIN)).allowed
+    await p.aclose()
+    before = _count(ACP_ERRORS, "transport")
+    assert await p.check(ALICE, DOMAIN) == AccessResult(False, "provider_error", None)
+    assert _count(ACP_ERRORS, "transport") == before + 1
+
+
+async def test_an_injected_session_is_used_and_not_closed(acp: AcpProcess) -> None:
+    sent: list[str] = []
+
+    async def on_request_start(_: object, __: object, params: aiohttp.TraceRequestStartParams) -> None:
+        sent.append(f"{params.method} {params.url}")
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_request_start)
+    async with aiohttp.ClientSession(trace_configs=[trace]) as session:
+        p = AccessProvider(acp.url, timeout=5.0, agent_id="vagent", client=session)
+        assert (await p.check(ALICE, DOMAIN)).allowed
+        await p.aclose()
+        assert not session.closed
+        assert (await p.check(DAVE, DOMAIN)).reason == "no_agent_grant"
+    assert sent == [f"POST {acp.url}/api/v1/authenticate"] * 2
+
+
 async def test_provider_that_never_answers_times_out() -> None:
     async def hang(body: dict[str, Any]) -> bytes:
         await asyncio.sleep(60)
@@ -337,7 +421,7 @@ async def test_provider_that_never_answers_times_out() -> None:
 
 
 async def test_provider_that_trickles_its_answer_times_out() -> None:
-    """Each byte arrives well within httpx's per-read timeout; the whole call must still end."""
+    """Each byte arrives well within any per-read timeout; the whole call must still end."""
 
     handlers: set[asyncio.Task[Any]] = set()
 

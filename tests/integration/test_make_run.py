@@ -41,15 +41,33 @@ def test_readme_documents_every_setting() -> None:
 
 @pytest.fixture(scope="module")
 def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
-    ports = {name: free_port() for name in ("HTTP_PORT", "REDIS_PORT", "SYNAPSE_PORT", "ACP_PORT",
-                                             "BOT_HEALTH_PORT")}
-    drop = {"REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "LLM_MODEL", "GRAPH_API_TOKEN",
-            "MATRIX_HOMESERVER", "MATRIX_USER", "MATRIX_PASSWORD"}
+    ports = {
+        name: free_port()
+        for name in ("HTTP_PORT", "REDIS_PORT", "SYNAPSE_PORT", "ACP_PORT", "BOT_HEALTH_PORT")
+    }
+    drop = {
+        "REDIS_URL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "LLM_MODEL",
+        "GRAPH_API_TOKEN",
+        "MATRIX_HOMESERVER",
+        "MATRIX_USER",
+        "MATRIX_PASSWORD",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update({k: str(v) for k, v in ports.items()},
-               VAGENT_DATA_DIR=str(tmp_path_factory.mktemp("make-run")))
-    proc = subprocess.Popen(["make", "-s", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env.update(
+        {k: str(v) for k, v in ports.items()}, VAGENT_DATA_DIR=str(tmp_path_factory.mktemp("make-run"))
+    )
+    proc = subprocess.Popen(
+        ["make", "-s", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     out = ""
     deadline = time.monotonic() + 180
     while "Ctrl-C stops everything" not in out:
@@ -75,8 +93,13 @@ def test_readme_curl_conversation(make_run: dict[str, int]) -> None:
     first, second = curl_blocks()
 
     def run(cmd: str) -> str:
-        return subprocess.run(["bash", "-c", cmd.replace("localhost:8000", f"127.0.0.1:{port}")],
-                              capture_output=True, text=True, timeout=60, check=True).stdout
+        return subprocess.run(
+            ["bash", "-c", cmd.replace("localhost:8000", f"127.0.0.1:{port}")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
 
     asked = run(first)
     assert "event: hitl_request" in asked and asked.rstrip().endswith("data: {}")
@@ -88,14 +111,24 @@ def test_readme_curl_conversation(make_run: dict[str, int]) -> None:
     assert "event: done" in answered
 
 
-def chat(make_run: dict[str, int], tmp: Path, user: str, lines: list[tuple[str, str]],
-         timeout: float = 60) -> str:
+def chat(
+    make_run: dict[str, int], tmp: Path, user: str, lines: list[tuple[str, str]], timeout: float = 60
+) -> str:
     """Drive `vagent-chat` like a person: type a line, wait until `expect` shows, type the next."""
-    env = {**os.environ, "CHAT_HOMESERVER": f"http://127.0.0.1:{make_run['SYNAPSE_PORT']}",
-           "CHAT_USER": f"@{user}:localhost", "CHAT_PASSWORD": f"{user}-password",
-           "CHAT_STORE": str(tmp / "chat")}
-    proc = subprocess.Popen([str(BIN / "vagent-chat")], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "CHAT_HOMESERVER": f"http://127.0.0.1:{make_run['SYNAPSE_PORT']}",
+        "CHAT_USER": f"@{user}:localhost",
+        "CHAT_PASSWORD": f"{user}-password",
+        "CHAT_STORE": str(tmp / "chat"),
+    }
+    proc = subprocess.Popen(
+        [str(BIN / "vagent-chat")],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     received: list[bytes] = []
 
     def reader() -> None:
@@ -129,12 +162,17 @@ def chat(make_run: dict[str, int], tmp: Path, user: str, lines: list[tuple[str, 
 
 
 def test_make_chat_streams_answers_and_confirms_a_delete(make_run: dict[str, int], tmp_path: Path) -> None:
-    out = chat(make_run, tmp_path, "alice", [
-        ("how many records are older than 2020?", r"\(offline model\) records"),
-        ("delete records older than 2022", r"❓ Delete \d+ records older than 2022-01-01\? \(yes/no\)"),
-        ("maybe", r"Please answer yes or no"),
-        ("yes", r"Deleted \d+ records older than 2022-01-01\."),
-    ])
+    out = chat(
+        make_run,
+        tmp_path,
+        "alice",
+        [
+            ("how many records are older than 2020?", r"\(offline model\) records"),
+            ("delete records older than 2022", r"❓ Delete \d+ records older than 2022-01-01\? \(yes/no\)"),
+            ("maybe", r"Please answer yes or no"),
+            ("yes", r"Deleted \d+ records older than 2022-01-01\."),
+        ],
+    )
     assert "vagent:" in out
 
 

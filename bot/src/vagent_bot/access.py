@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-import httpx
+import aiohttp
 import structlog
 from pydantic import ValidationError
 
@@ -61,19 +61,30 @@ class AccessProvider:
     """
 
     def __init__(
-        self, base_url: str, timeout: float, agent_id: str, client: httpx.AsyncClient | None = None
+        self, base_url: str, timeout: float, agent_id: str, client: aiohttp.ClientSession | None = None
     ) -> None:
         self.url = base_url.rstrip("/") + AUTHENTICATE_PATH
         self.timeout = timeout
         self.agent_id = agent_id
         agent(agent_id)  # a malformed AGENT_ID is a configuration error, found at startup
         self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(timeout), follow_redirects=False)
+        self._client = client  # created on first use when not injected: aiohttp needs a running loop
+
+    def _session(self) -> aiohttp.ClientSession:
+        """The HTTP session, created here (and then owned) on first use, inside the running loop."""
+        if self._client is None:
+            self._client = aiohttp.ClientSession(
+                # Pooled keep-alive connections, as httpx's defaults (100 connections, idle 5 s).
+                connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=5.0),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                # trust_env stays False: True re-reads proxy variables and ~/.netrc on every request.
+            )
+        return self._client
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this object created it."""
-        if self._owns_client:
-            await self._client.aclose()
+        """Close the HTTP session if this object created it."""
+        if self._owns_client and self._client is not None:
+            await self._client.close()
 
     async def check(self, user_id: str, domain: str) -> AccessResult:
         """May `user_id` use the agent in `domain`? Every failure answers `allowed=False`."""
@@ -83,28 +94,37 @@ class AccessProvider:
             return self._unavailable(user_id, domain, PROVIDER_ERROR, "bad_request", exc)
         start = time.perf_counter()
         try:
-            async with asyncio.timeout(self.timeout):
-                resp = await self._client.post(self.url, json=body, timeout=self.timeout)
-        except (TimeoutError, httpx.TimeoutException) as exc:
+            async with (
+                asyncio.timeout(self.timeout),
+                self._session().post(
+                    self.url,
+                    json=body,
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
+                    allow_redirects=False,
+                ) as resp,
+            ):
+                status = resp.status
+                raw = await resp.read()  # the whole body, within the timeout
+        except TimeoutError as exc:  # also asyncio.TimeoutError and aiohttp's timeout errors
             return self._unavailable(user_id, domain, PROVIDER_TIMEOUT, "timeout", exc)
         except Exception as exc:  # connection refused, DNS, protocol error, bad URL: fail closed
             return self._unavailable(user_id, domain, PROVIDER_ERROR, "transport", exc)
         finally:
             ACP_SECONDS.observe(time.perf_counter() - start)
 
-        if resp.status_code in (403, 404):
-            return self._decide(user_id, domain, PROVIDER_DENIED, None, status=resp.status_code)
-        if resp.status_code != 200:
+        if status in (403, 404):
+            return self._decide(user_id, domain, PROVIDER_DENIED, None, status=status)
+        if status != 200:
             return self._unavailable(
                 user_id,
                 domain,
                 PROVIDER_ERROR,
-                f"http_{resp.status_code // 100}xx",
+                f"http_{status // 100}xx",
                 None,
-                status=resp.status_code,
+                status=status,
             )
         try:
-            ac = AcContext.model_validate_json(resp.content)
+            ac = AcContext.model_validate_json(raw)
         except ValidationError as exc:
             return self._unavailable(
                 user_id,
@@ -114,7 +134,7 @@ class AccessProvider:
                 None,
                 status=200,
                 problems=exc.error_count(),
-                body_bytes=len(resp.content),
+                body_bytes=len(raw),
             )
         if ac.user_id != user_id:
             return self._unavailable(
