@@ -68,7 +68,7 @@ from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_graph.agent import load_descriptor  # noqa: E402
 from vagent_graph.app import open_runtime  # noqa: E402
 from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
-from vagent_graph.runner import STREAM_MODES  # noqa: E402
+from vagent_graph.runner import STREAM_MODES, durability_for  # noqa: E402
 from vagent_graph.tools import default_registry  # noqa: E402
 from vagent_graph.workflow import new_turn_input  # noqa: E402
 from vagent_shared import AcContext  # noqa: E402
@@ -190,7 +190,10 @@ async def bare_request(graph: CompiledStateGraph[Any], session_id: str | None = 
     first: float | None = None
     chunks = 0
     graph_input = new_turn_input(QUESTION, USER_AC)
-    async for mode, payload in graph.astream(graph_input, cfg, stream_mode=STREAM_MODES):
+    run = graph.astream(  # stream modes and checkpoint policy as the service runs a new turn
+        graph_input, cfg, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
+    )
+    async for mode, payload in run:
         if mode == "messages" and _text_of(payload[0]):
             chunks += 1
             if first is None:

@@ -32,7 +32,7 @@ from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.middleware import RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.runner import DURABILITY, Run, stream_run
+from vagent_graph.runner import Run, durability_for, stream_run
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import CachingRedisSerializer, prune_stale_writes
 from vagent_graph.tools import ToolRegistry, default_registry
@@ -271,9 +271,8 @@ def create_app(
             return
         log.info("hitl_expired", interrupt_ids=[i.id for i in state.interrupts])
         metrics.HITL_RESUMES.labels("expired").inc()
-        async for _ in r.graph.astream(
-            Command(resume=CANCEL_RESUME), cfg, stream_mode="updates", durability=DURABILITY
-        ):
+        cancel: Command[Any] = Command(resume=CANCEL_RESUME)
+        async for _ in r.graph.astream(cancel, cfg, stream_mode="updates", durability=durability_for(cancel)):
             pass
 
     @app.post(

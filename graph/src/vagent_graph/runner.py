@@ -17,7 +17,7 @@ import structlog
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Durability, Interrupt, StreamMode
+from langgraph.types import Command, Durability, Interrupt, StreamMode
 
 from vagent_graph import metrics
 from vagent_shared.events import (
@@ -31,9 +31,21 @@ from vagent_shared.events import (
 
 log = structlog.get_logger(__name__)
 STREAM_MODES: list[StreamMode] = ["messages", "custom", "updates"]
-#: LangGraph's default. "exit" would write less, but loses track of a consumed interrupt when
-#: a node asks again after a wrong answer (two pending interrupts on the next resume).
-DURABILITY: Durability = "async"
+
+
+def durability_for(graph_input: Any) -> Durability:
+    """How often a run writes its checkpoint.
+
+    A resume (a Command) may ask again after a wrong answer, and that needs every step
+    saved: with "exit" the consumed interrupt is lost and the next resume finds two
+    pending. A new turn pauses at most once, at its end, so one write when it stops is
+    enough: that saves serialising and storing the whole history twice per turn (~2 ms
+    with a full history, bench-bot). A crash mid-turn then keeps nothing of that turn;
+    the user was told the run failed.
+    """
+    return "async" if isinstance(graph_input, Command) else "exit"
+
+
 _END = object()
 
 
@@ -159,7 +171,7 @@ class Run:
         try:
             async with asyncio.timeout(run_timeout):
                 async for mode, payload in graph.astream(
-                    graph_input, config, stream_mode=STREAM_MODES, durability=DURABILITY
+                    graph_input, config, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
                 ):
                     events = mapper.map(mode, payload)
                     for ev in events:
