@@ -288,7 +288,16 @@ class VagentBot:
         decision = self._decide(msg, is_dm=is_dm, replied_to=replied_to, in_thread=in_thread)
         log.debug("message", session_id=sid.format(), decision=decision.reason, body=msg.body)
 
-        pending = await self.hitl.peek(sid.format())
+        # The provider is the slowest step before the graph: ask it while Redis answers.
+        early = (
+            asyncio.ensure_future(self._check_access(msg.room_id, msg.sender)) if decision.answer else None
+        )
+        try:
+            pending = await self.hitl.peek(sid.format())
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         if pending is not None:
             await self._answer_pending(
                 msg,
@@ -297,12 +306,13 @@ class VagentBot:
                 addressed=decision.answer
                 or is_dm
                 or (msg.thread_root is not None and msg.thread_root == pending.thread_root),
+                early_access=early,
             )
             return
-        if not decision.answer:
+        if early is None:
             metrics.EVENTS.labels(decision.reason).inc()
             return
-        access = await self._check_access(msg.room_id, msg.sender)
+        access = await early
         if access is None:
             return
         metrics.EVENTS.labels("answered").inc()
@@ -392,13 +402,22 @@ class VagentBot:
 
     # ---- questions -----------------------------------------------------------------------
     async def _answer_pending(
-        self, msg: IncomingMessage, pending: PendingQuestion, text: str, addressed: bool
+        self,
+        msg: IncomingMessage,
+        pending: PendingQuestion,
+        text: str,
+        addressed: bool,
+        early_access: asyncio.Future[AccessResult | None] | None = None,
     ) -> None:
+        """`early_access`: the access check already under way for this message, if any."""
         answer = normalize_answer(text, pending.options)
         if answer is None:
             if not addressed:
+                if early_access is not None:
+                    early_access.cancel()
                 return  # group chatter by the same user is not an answer attempt
-            if await self._check_access(msg.room_id, msg.sender) is None:
+            access = await (early_access or self._check_access(msg.room_id, msg.sender))
+            if access is None:
                 return
             metrics.HITL.labels("invalid_answer").inc()
             target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
@@ -408,7 +427,13 @@ class VagentBot:
             )
             return
         await self._submit_answer(
-            msg.room_id, msg.sender, pending, answer, reply_to=msg.event_id, sent_at=msg.server_ts / 1000
+            msg.room_id,
+            msg.sender,
+            pending,
+            answer,
+            reply_to=msg.event_id,
+            sent_at=msg.server_ts / 1000,
+            early_access=early_access,
         )
 
     async def _submit_answer(
@@ -420,9 +445,10 @@ class VagentBot:
         *,
         reply_to: str | None,
         sent_at: float,
+        early_access: asyncio.Future[AccessResult | None] | None = None,
     ) -> None:
         structlog.contextvars.bind_contextvars(session_id=pending.session_id)
-        access = await self._check_access(room_id, user_id)
+        access = await (early_access or self._check_access(room_id, user_id))
         if access is None:
             return
         if await self.hitl.consume(pending.session_id) is None:
