@@ -6,6 +6,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 
 from vagent_graph.history import (
     CANCELLED_TOOL_RESULT,
+    approx_tokens,
     removals_to_bound,
     repair_tool_pairs,
     window_for_llm,
@@ -37,6 +38,17 @@ def test_llm_window_fits_budget_and_starts_with_a_human_turn() -> None:
     # every tool result in the window still has its call
     calls = {tc["id"] for m in window if isinstance(m, AIMessage) for tc in m.tool_calls}
     assert all(m.tool_call_id in calls for m in window if isinstance(m, ToolMessage))
+
+
+def test_llm_window_takes_every_whole_turn_that_fits() -> None:
+    msgs = turns(30)
+    for budget in (300, 1000, 2500, 10_000):
+        window = window_for_llm(msgs, max_tokens=budget)
+        assert approx_tokens(window) <= budget
+        start = len(msgs) - len(window)
+        if start > 0:  # one more turn (4 messages) would not fit
+            assert approx_tokens(msgs[start - 4 :]) > budget
+    assert window_for_llm(msgs, max_tokens=10_000) == msgs
 
 
 def test_newest_turn_is_kept_even_when_over_budget() -> None:

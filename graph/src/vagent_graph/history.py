@@ -66,9 +66,12 @@ def window_for_llm(messages: Sequence[AnyMessage], max_tokens: int) -> list[AnyM
     starts = [i for i, m in enumerate(msgs) if isinstance(m, HumanMessage)]
     if not starts:
         return msgs
+    sizes = [approx_tokens((m,)) for m in msgs]  # additive: one pass, not one per turn
     chosen = starts[-1]
+    used = sum(sizes[chosen:])
     for i in reversed(starts[:-1]):
-        if approx_tokens(msgs[i:]) > max_tokens:
+        used += sum(sizes[i:chosen])  # now the tokens of msgs[i:]
+        if used > max_tokens:
             break
         chosen = i
     return msgs[chosen:]
