@@ -7,6 +7,8 @@ builds the question a human must answer first, and `run`.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -56,10 +58,16 @@ class Tool:
     requires_confirmation: bool = False
     requires_credentials: bool = False
 
-    def openai_schema(self) -> dict[str, Any]:
-        """The function spec the LLM is offered."""
+    @functools.cached_property
+    def _parameters(self) -> dict[str, Any]:
+        """Generating a JSON schema costs ~0.1 ms; a tool's never changes."""
         params = self.args_model.model_json_schema()
         params.pop("title", None)
+        return params
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The function spec the LLM is offered."""
+        params = copy.deepcopy(self._parameters)  # callers may edit theirs
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": params},
