@@ -246,6 +246,7 @@ class FakeProvider:
         self.keep_alive = keep_alive
         self.connections = 0
         self.requests: list[dict[str, Any]] = []
+        self.request_lines: list[str] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._server: asyncio.Server | None = None
         self.url = ""
@@ -258,6 +259,7 @@ class FakeProvider:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.request_lines.append(head.split(b"\r\n", 1)[0].decode())
                 length = 0
                 for line in head.split(b"\r\n")[1:]:
                     name, _, value = line.partition(b":")
@@ -388,6 +390,44 @@ async def test_a_closed_provider_fails_closed(acp: AcpProcess) -> None:
     before = _count(ACP_ERRORS, "transport")
     assert await p.check(ALICE, DOMAIN) == AccessResult(False, "provider_error", None)
     assert _count(ACP_ERRORS, "transport") == before + 1
+
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+def clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+async def test_the_environment_proxy_is_used_and_no_proxy_bypasses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A provider reachable only through the proxy: the request goes to the proxy in
+    absolute form. NO_PROXY for the provider's host sends it directly."""
+
+    async def ok(body: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json(body["user_id"]))
+
+    async with FakeProvider(ok) as proxy:
+        clear_proxies(monkeypatch)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        p = AccessProvider("http://acp.invalid:8090", timeout=5.0, agent_id="vagent")
+        try:
+            assert (await p.check(ALICE, DOMAIN)).allowed
+        finally:
+            await p.aclose()
+        assert proxy.request_lines == ["POST http://acp.invalid:8090/api/v1/authenticate HTTP/1.1"]
+
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+        direct = AccessProvider(proxy.url, timeout=5.0, agent_id="vagent")
+        try:
+            assert (await direct.check(ALICE, DOMAIN)).allowed
+        finally:
+            await direct.aclose()
+        assert proxy.request_lines[-1] == "POST /api/v1/authenticate HTTP/1.1"
 
 
 async def test_an_injected_session_is_used_and_not_closed(acp: AcpProcess) -> None:

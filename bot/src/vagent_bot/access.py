@@ -16,6 +16,7 @@ import aiohttp
 import structlog
 from pydantic import ValidationError
 
+from vagent_bot.http import proxy_for
 from vagent_bot.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
 from vagent_shared.access import AcContext, agent, instance_matches
 from vagent_shared.wire import AuthenticateRequest
@@ -69,6 +70,7 @@ class AccessProvider:
         agent(agent_id)  # a malformed AGENT_ID is a configuration error, found at startup
         self._owns_client = client is None
         self._client = client  # created on first use when not injected: aiohttp needs a running loop
+        self._proxy = proxy_for(self.url)
 
     def _session(self) -> aiohttp.ClientSession:
         """The HTTP session, created here (and then owned) on first use, inside the running loop."""
@@ -77,7 +79,7 @@ class AccessProvider:
                 # Pooled keep-alive connections, as httpx's defaults (100 connections, idle 5 s).
                 connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=5.0),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
-                # trust_env stays False: True re-reads proxy variables and ~/.netrc on every request.
+                # trust_env stays False: proxies come from proxy_for, read once (vagent_bot.http).
             )
         return self._client
 
@@ -101,6 +103,7 @@ class AccessProvider:
                     json=body,
                     timeout=aiohttp.ClientTimeout(total=self.timeout),
                     allow_redirects=False,
+                    proxy=self._proxy,
                 ) as resp,
             ):
                 status = resp.status
