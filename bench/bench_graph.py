@@ -447,10 +447,30 @@ async def latency_benchmark(cfg: Config, settings: GraphSettings, service: Graph
         await warm_up(bare, cfg.warmup, cfg.concurrency)
         await warm_up(svc, cfg.warmup, cfg.concurrency)
         for conc in sorted({1, cfg.concurrency}):
-            for mode, fn in (("bare", bare), ("service", svc)):
-                print(f"   measuring {mode} at concurrency {conc} ({cfg.requests} requests)...", flush=True)
-                phases.append(await run_phase(mode, fn, cfg.requests, conc))
+            print(f"   measuring bare and service at concurrency {conc} ({cfg.requests} requests each)...")
+            phases += await run_interleaved({"bare": bare, "service": svc}, cfg.requests, conc)
     return phases
+
+
+async def run_interleaved(
+    modes: dict[str, Callable[[], Awaitable[Sample]]], n: int, concurrency: int
+) -> list[Phase]:
+    """`n` requests per mode in small alternating blocks (one request each at concurrency 1,
+    `2 * concurrency` otherwise), the order of the modes flipping every round, so a drift
+    of the machine during the run (other load, CPU frequency) hits every mode alike."""
+    block = 1 if concurrency == 1 else 2 * concurrency
+    samples: dict[str, list[Sample]] = {m: [] for m in modes}
+    walls: dict[str, float] = dict.fromkeys(modes, 0.0)
+    order = list(modes)
+    while any(len(samples[m]) < n for m in modes):
+        for mode in order:
+            todo = min(block, n - len(samples[mode]))
+            if todo > 0:
+                phase = await run_phase(mode, modes[mode], todo, concurrency)
+                samples[mode] += phase.samples
+                walls[mode] += phase.wall
+        order.reverse()
+    return [Phase(m, concurrency, samples[m], walls[m]) for m in modes]
 
 
 def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
