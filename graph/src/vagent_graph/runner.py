@@ -176,7 +176,9 @@ class Run:
                     events = mapper.map(mode, payload)
                     for ev in events:
                         queue.put_nowait(ev)
-                    if events:  # hand the event to the client now, not after the next chunks
+                    if events and mapper.chunk_index <= 1:
+                        # Hand the first text to the client before reading the next chunk;
+                        # after that, yielding per chunk only costs loop turns (bench-graph).
                         await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
