@@ -32,7 +32,7 @@ from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.middleware import RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.runner import Run, durability_for, stream_run
+from vagent_graph.runner import Run, durability_for
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import CachingRedisSerializer, prune_stale_writes
 from vagent_graph.tools import ToolRegistry, default_registry
@@ -213,7 +213,7 @@ def create_app(
             log.debug("lock_release_failed", error_type=type(exc).__name__)
 
     def sse(
-        endpoint: str, session_id: str, lock: SessionLock, events: AsyncGenerator[SSEEvent, None]
+        endpoint: str, session_id: str, lock: SessionLock, batches: AsyncGenerator[list[SSEEvent], None]
     ) -> EventSourceResponse:
         start = time.perf_counter()
         outcome: SSEEvent | None = None
@@ -229,7 +229,7 @@ def create_app(
             # A disconnect cancels the stream: the run must be stopped and the session
             # unlocked even so, hence the shield (anyio re-cancels every await).
             with anyio.CancelScope(shield=True):
-                await events.aclose()
+                await batches.aclose()
                 await tidy(lock, outcome)
                 await release(lock)
             metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
@@ -240,18 +240,22 @@ def create_app(
                 seconds=round(time.perf_counter() - start, 4),
             )
 
-        async def gen() -> AsyncIterator[ServerSentEvent]:
+        async def gen() -> AsyncIterator[ServerSentEvent | bytes]:
             nonlocal outcome
             first = True
             with structlog.contextvars.bound_contextvars(session_id=session_id):
                 try:
-                    async for ev in events:
-                        if isinstance(ev, HitlRequest | TextFinal):
-                            outcome = ev
+                    async for batch in batches:
+                        for ev in batch:
+                            if isinstance(ev, HitlRequest | TextFinal):
+                                outcome = ev
                         if first:
                             metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
                             first = False
-                        yield ServerSentEvent(event=ev.EVENT, data=ev.sse_data())
+                        # One write per batch; every event keeps its own SSE frame.
+                        yield b"".join(
+                            ServerSentEvent(event=ev.EVENT, data=ev.sse_data()).encode() for ev in batch
+                        )
                     yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
                 finally:
                     await finish()
@@ -308,21 +312,23 @@ def create_app(
         timeout = r.settings.RUN_TIMEOUT_SECONDS
         if not lock.question_may_be_pending:
             # The usual case: the run starts now, while the response is being set up.
-            return sse("process_message", body.session_id, lock, Run(r.graph, turn, cfg, timeout).events())
+            return sse("process_message", body.session_id, lock, Run(r.graph, turn, cfg, timeout).batches())
 
-        async def after_stale_question() -> AsyncGenerator[SSEEvent, None]:
+        async def after_stale_question() -> AsyncGenerator[list[SSEEvent], None]:
             try:
                 await close_stale_question(r, body.session_id)
             except Exception:
                 log.exception("close_stale_question_failed")
-                yield ErrorEvent(
-                    error_code="internal_error",
-                    message="Something went wrong while answering. Please try again.",
-                )
+                yield [
+                    ErrorEvent(
+                        error_code="internal_error",
+                        message="Something went wrong while answering. Please try again.",
+                    )
+                ]
                 return
-            async with contextlib.aclosing(stream_run(r.graph, turn, cfg, timeout)) as run:
-                async for ev in run:
-                    yield ev
+            async with contextlib.aclosing(Run(r.graph, turn, cfg, timeout).batches()) as run:
+                async for batch in run:
+                    yield batch
 
         return sse("process_message", body.session_id, lock, after_stale_question())
 
@@ -367,18 +373,20 @@ def create_app(
         command: Command[Any] = Command(resume=body.response, update=update)
         cfg = _config(body.session_id)
 
-        events = stream_run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS)
+        batches = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS).batches()
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:
             collected: list[SSEEvent] = []
             try:
-                collected = [ev async for ev in events]
+                async for batch in batches:
+                    collected += batch
             finally:
+                await batches.aclose()
                 last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
                 await tidy(lock, last)
                 await release(lock)
             return JSONResponse(_ack(collected).model_dump())
-        return sse("submit_feedback", body.session_id, lock, events)
+        return sse("submit_feedback", body.session_id, lock, batches)
 
     @app.post(
         "/api/v1/reset_session",

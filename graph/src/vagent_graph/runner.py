@@ -8,6 +8,7 @@ the upstream LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,13 +190,22 @@ class Run:
         finally:
             queue.put_nowait(_END)
 
-    async def events(self) -> AsyncGenerator[SSEEvent, None]:
-        """Every event of the run, then the question or the final text (not `done`)."""
+    async def batches(self) -> AsyncGenerator[list[SSEEvent], None]:
+        """Every event of the run, then the question or the final text (not `done`), in
+        batches: whatever was ready when the previous batch was taken, so a client that
+        falls behind gets one write per batch instead of one per event."""
         try:
-            while (item := await self._queue.get()) is not _END:
-                yield item
-            for ev in self._mapper.closing():
-                yield ev
+            done = False
+            while not done:
+                items = [await self._queue.get()]
+                while not self._queue.empty():
+                    items.append(self._queue.get_nowait())
+                done = items[-1] is _END
+                batch: list[SSEEvent] = [i for i in items if i is not _END]
+                if done:
+                    batch += self._mapper.closing()
+                if batch:
+                    yield batch
         finally:
             await self.close()
 
@@ -212,8 +222,12 @@ class Run:
                 await asyncio.gather(self._task, return_exceptions=True)
 
 
-def stream_run(
+async def stream_run(
     graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
 ) -> AsyncGenerator[SSEEvent, None]:
-    """Start a run and read all its events (see Run); closing the generator stops the run."""
-    return Run(graph, graph_input, config, run_timeout).events()
+    """Start a run and read all its events one by one (see Run); closing the generator
+    stops the run."""
+    async with contextlib.aclosing(Run(graph, graph_input, config, run_timeout).batches()) as batches:
+        async for batch in batches:
+            for ev in batch:
+                yield ev
