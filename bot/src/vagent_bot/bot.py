@@ -1,28 +1,20 @@
 """The bot: Matrix sync in, decisions (pure modules), graph calls and answers out.
 
-Per event, in order: claim it exactly once (Redis SET NX), then in the session's queue:
-pending question? -> addressed to the bot? -> tenant domain -> agent access (silent
-denial, fail closed) -> command / flood / length -> stream the graph's answer.
+Per event, in order: claim it exactly once (`sync`), then in the session's queue:
+pending question? (`questions`) -> addressed to the bot? -> tenant domain -> agent access
+(silent denial, fail closed) -> command / flood / length -> stream the graph's answer.
+This module is the glue: the lifecycle, that order, and relaying the graph's stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import structlog
-from nio import (
-    AsyncClient,
-    InviteMemberEvent,
-    MegolmEvent,
-    MessageDirection,
-    RoomGetEventResponse,
-    RoomGetStateEventResponse,
-    RoomMessagesResponse,
-    SyncResponse,
-)
+from nio import AsyncClient, InviteMemberEvent, RoomGetEventResponse, SyncResponse
 from redis.asyncio import Redis
 
 from vagent_bot import matrix, metrics
@@ -32,10 +24,13 @@ from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.invites import invite_allowed
+from vagent_bot.questions import OpenStream, Questions
 from vagent_bot.responder import Answer
 from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.streaming import EditThrottle
+from vagent_bot.sync import SyncHandler
+from vagent_bot.tenants import Tenants
 from vagent_shared import redis_keys
 from vagent_shared.events import (
     ErrorEvent,
@@ -45,18 +40,15 @@ from vagent_shared.events import (
     TextChunk,
     TextFinal,
 )
-from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
+from vagent_shared.hitl import PendingQuestion, format_question
 from vagent_shared.session import SessionId
 from vagent_shared.settings import BotSettings
-from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest
+from vagent_shared.wire import ProcessMessageRequest
 
 log = structlog.get_logger(__name__)
 
 BUSY_RETRY_SECONDS = 120.0
-BACKFILL_PAGES = 10
 THREAD_MARK_TTL = 30 * 24 * 3600
-UNDECRYPTED_KEEP_SECONDS = 600
-UNDECRYPTED_MAX = 500
 
 
 class VagentBot:
@@ -73,13 +65,27 @@ class VagentBot:
         self.graph, self.access, self.flood = graph, access, flood
         self.hitl = HitlStore(redis)
         self.workers = SessionWorkers()
-        self.tenants: dict[str, str | None] = {}
+        self.tenants = Tenants(client, settings.TENANT_STATE_EVENT_TYPE, settings.DEFAULT_DOMAIN)
+        self.sync = SyncHandler(
+            settings,
+            client,
+            redis,
+            self.tenants,
+            on_event=self._dispatch,
+            on_invite=self._on_invite,
+            spawn=self._spawn,
+        )
+        self.questions = Questions(
+            self.hitl,
+            graph,
+            self.workers,
+            check_access=self._check_access,
+            new_answer=self._new_answer,
+            converse=self._converse,
+        )
         self.display_name: str | None = None
-        self.last_sync = 0.0
-        self._skip_history = False
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._undecrypted: list[tuple[str, MegolmEvent, float]] = []
 
     @property
     def me(self) -> str:
@@ -91,18 +97,15 @@ class VagentBot:
         await matrix.login(self.client, self.s)
         resp = await self.client.get_displayname(self.me)
         self.display_name = getattr(resp, "displayname", None)
-        self.client.add_response_callback(self._on_sync, SyncResponse)  # type: ignore[arg-type]
+        self.client.add_response_callback(self.sync.on_sync, SyncResponse)  # type: ignore[arg-type]
         backoff = 1.0
         while not self._stopping.is_set():
-            since = await self.redis.get(redis_keys.sync_token(self.me))
-            self._skip_history = since is None
-            if self._skip_history:
-                log.info("first_start", note="old history is not answered")
+            since = await self.sync.resume_token()
             sync = asyncio.create_task(
                 self.client.sync_forever(
                     timeout=30_000,
                     sync_filter=matrix.sync_filter(self.s.SYNC_TIMELINE_LIMIT),
-                    since=since.decode() if isinstance(since, bytes) else since,
+                    since=since,
                     full_state=True,
                 )
             )
@@ -127,121 +130,20 @@ class VagentBot:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def sync_alive(self, max_age: float = 90.0) -> bool:
-        return time.time() - self.last_sync < max_age
+        return self.sync.alive(max_age)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # ---- sync ----------------------------------------------------------------------------
-    async def _on_sync(self, resp: SyncResponse) -> None:
-        started = time.perf_counter()
-        for room_id, info in resp.rooms.invite.items():
-            self._spawn(self._on_invite(room_id, info.invite_state))
-        if self._skip_history:
-            self._skip_history = False
-            for room_id, room in resp.rooms.join.items():
-                self._learn_tenant(room_id, [*room.state, *room.timeline.events])
-        else:
-            for room_id, room in resp.rooms.join.items():
-                events = list(room.timeline.events)
-                if room.timeline.limited and room.timeline.prev_batch and self._joined_at(events) is None:
-                    events = await self._backfill(room_id, room.timeline.prev_batch) + events
-                self._learn_tenant(room_id, [*room.state, *events])
-                joined = self._joined_at(events)
-                if joined is not None:  # what was said before the bot joined is not for it
-                    events = events[joined + 1 :]
-                claimed = await self._claim([e.event_id for e in events])
-                for event, mine in zip(events, claimed, strict=True):
-                    if mine:
-                        self._dispatch(room_id, event)
-                    else:
-                        metrics.EVENTS.labels("duplicate").inc()
-        self._retry_decryption()
-        await self.redis.set(redis_keys.sync_token(self.me), resp.next_batch)
-        self.last_sync = time.time()
-        metrics.LAST_SYNC.set(self.last_sync)
-        metrics.SYNC_SECONDS.observe(time.perf_counter() - started)
-
-    def _retry_decryption(self) -> None:
-        """Events whose room key came with a later sync are handled then (for 10 minutes)."""
-        waiting, self._undecrypted = self._undecrypted, []
-        for room_id, event, since in waiting:
-            try:
-                decrypted = self.client.decrypt_event(event)
-            except Exception:
-                decrypted = None
-            if decrypted is not None and not isinstance(decrypted, MegolmEvent):
-                log.info("decrypted_late", room_id=room_id, event_id=event.event_id)
-                self._dispatch(room_id, decrypted)
-            elif time.time() - since < UNDECRYPTED_KEEP_SECONDS:
-                self._undecrypted.append((room_id, event, since))
-        del self._undecrypted[:-UNDECRYPTED_MAX]
-
-    async def _claim(self, event_ids: list[str]) -> list[bool]:
-        """Exactly once across restarts and processes: the first SET NX wins."""
-        if not event_ids:
-            return []
-        async with self.redis.pipeline(transaction=False) as p:
-            for eid in event_ids:
-                p.set(redis_keys.event_seen(eid), "1", nx=True, ex=self.s.EVENT_DEDUP_TTL_SECONDS)
-            return [bool(r) for r in await p.execute()]
-
-    async def _backfill(self, room_id: str, prev_batch: str) -> list[Any]:
-        """A `limited` sync skipped events: fetch them back until one we have already seen."""
-        older: list[Any] = []
-        token: str | None = prev_batch
-        for _ in range(BACKFILL_PAGES):
-            if not token:
-                break
-            resp = await self.client.room_messages(
-                room_id, start=token, direction=MessageDirection.back, limit=100
-            )
-            if not isinstance(resp, RoomMessagesResponse) or not resp.chunk:
-                break
-            seen = await self.redis.exists(*[redis_keys.event_seen(e.event_id) for e in resp.chunk])
-            older = list(reversed(resp.chunk)) + older
-            if seen or self._joined_at(older) is not None:
-                break
-            token = resp.end
-        log.info("backfilled", room_id=room_id, events=len(older))
-        return older
-
-    def _joined_at(self, events: list[Any]) -> int | None:
-        """Index of the bot's own (newest) join in `events`; profile changes do not count."""
-        for i in range(len(events) - 1, -1, -1):
-            src = getattr(events[i], "source", {}) or {}
-            if src.get("type") != "m.room.member" or src.get("state_key") != self.me:
-                continue
-            prev = ((src.get("unsigned") or {}).get("prev_content") or {}).get("membership")
-            if (src.get("content") or {}).get("membership") == "join" and prev != "join":
-                return i
-        return None
-
-    def _learn_tenant(self, room_id: str, events: list[Any]) -> None:
-        for e in events:
-            src = getattr(e, "source", {}) or {}
-            if src.get("type") == self.s.TENANT_STATE_EVENT_TYPE and src.get("state_key", "") == "":
-                domain = (src.get("content") or {}).get("domain")
-                self.tenants[room_id] = domain if isinstance(domain, str) and domain else None
-
+    # ---- per event -----------------------------------------------------------------------
     def _dispatch(self, room_id: str, event: Any) -> None:
+        """An event for the bot (`sync`: claimed, decrypted, not its own): route it, no I/O."""
         src: dict[str, Any] = getattr(event, "source", {}) or {}
-        sender = src.get("sender")
-        if sender == self.me:
-            metrics.EVENTS.labels("own").inc()
-            return
-        if isinstance(event, MegolmEvent):
-            # its room key may arrive later (nio never retries): keep it and ask for the key
-            metrics.EVENTS.labels("undecryptable").inc()
-            log.warning("undecryptable_event", room_id=room_id, event_id=event.event_id)
-            self._undecrypted.append((room_id, event, time.time()))
-            self._spawn(self.client.request_room_key(event))
-            return
         etype = src.get("type")
         if etype == "m.reaction":
-            self._spawn(self._on_reaction(room_id, src))
+            self._spawn(self.questions.on_reaction(room_id, src))
             return
         msg = parse_message(src, room_id)
         if msg is None:
@@ -299,7 +201,7 @@ class VagentBot:
                 early.cancel()
             raise
         if pending is not None:
-            await self._answer_pending(
+            await self.questions.answer_pending(
                 msg,
                 pending,
                 decision.text or msg.body.strip(),
@@ -345,20 +247,13 @@ class VagentBot:
 
     async def _check_access(self, room_id: str, user_id: str) -> AccessResult | None:
         """Layer 1. Denied, or no tenant: None, and the caller stays silent."""
-        domain = await self._domain(room_id)
+        domain = await self.tenants.domain(room_id)
         if domain is None:
             metrics.ACCESS.labels("no_tenant").inc()
             log.warning("access_denied", user_id=user_id, room_id=room_id, reason="no_tenant_domain")
             return None
         result = await self.access.check(user_id, domain)
         return result if result.allowed and result.ac is not None else None
-
-    async def _domain(self, room_id: str) -> str | None:
-        if room_id not in self.tenants:
-            resp = await self.client.room_get_state_event(room_id, self.s.TENANT_STATE_EVENT_TYPE, "")
-            domain = resp.content.get("domain") if isinstance(resp, RoomGetStateEventResponse) else None
-            self.tenants[room_id] = domain if isinstance(domain, str) and domain else None
-        return self.tenants[room_id] or self.s.DEFAULT_DOMAIN
 
     async def _sender_of(self, room_id: str, event_id: str) -> str | None:
         resp = await self.client.room_get_event(room_id, event_id)
@@ -400,94 +295,10 @@ class VagentBot:
         if not self.workers.stop(sid.format()) and self._is_dm(msg.room_id):
             await self._answer_for(msg).notice("Nothing is running.")
 
-    # ---- questions -----------------------------------------------------------------------
-    async def _answer_pending(
-        self,
-        msg: IncomingMessage,
-        pending: PendingQuestion,
-        text: str,
-        addressed: bool,
-        early_access: asyncio.Future[AccessResult | None] | None = None,
-    ) -> None:
-        """`early_access`: the access check already under way for this message, if any."""
-        answer = normalize_answer(text, pending.options)
-        if answer is None:
-            if not addressed:
-                if early_access is not None:
-                    early_access.cancel()
-                return  # group chatter by the same user is not an answer attempt
-            access = await (early_access or self._check_access(msg.room_id, msg.sender))
-            if access is None:
-                return
-            metrics.HITL.labels("invalid_answer").inc()
-            target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
-            options = " or ".join(pending.options) if pending.options else "an answer"
-            await target.notice(
-                f"Please answer {options}. {format_question(pending.question, pending.options)}"
-            )
-            return
-        await self._submit_answer(
-            msg.room_id,
-            msg.sender,
-            pending,
-            answer,
-            reply_to=msg.event_id,
-            sent_at=msg.server_ts / 1000,
-            early_access=early_access,
-        )
-
-    async def _submit_answer(
-        self,
-        room_id: str,
-        user_id: str,
-        pending: PendingQuestion,
-        answer: str,
-        *,
-        reply_to: str | None,
-        sent_at: float,
-        early_access: asyncio.Future[AccessResult | None] | None = None,
-    ) -> None:
-        structlog.contextvars.bind_contextvars(session_id=pending.session_id)
-        access = await (early_access or self._check_access(room_id, user_id))
-        if access is None:
-            return
-        if await self.hitl.consume(pending.session_id) is None:
-            return  # expired or already answered (another process, a double click)
-        metrics.HITL.labels("answered").inc()
-        log.info("hitl_answered", session_id=pending.session_id, answer=answer)
-        req = FeedbackRequest(
-            session_id=pending.session_id,
-            response=answer,
-            interrupt_id=pending.interrupt_id,
-            ac_context=access.ac,
-        )
-        target = self._new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
-        await self._converse(
-            SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
-        )
-
-    async def _on_reaction(self, room_id: str, src: dict[str, Any]) -> None:
-        rel = (src.get("content") or {}).get("m.relates_to") or {}
-        if rel.get("rel_type") != "m.annotation" or not rel.get("event_id"):
-            return
-        sid = await self.hitl.session_for_question(str(rel["event_id"]))
-        if sid is None:
-            return
-        sender = str(src.get("sender"))
-        if SessionId.parse(sid).user_id != sender:
-            log.info("hitl_reaction_ignored", session_id=sid, reason="not the asking user")
-            return
-        pending = await self.hitl.peek(sid)
-        answer = reaction_answer(str(rel.get("key", "")), pending.options) if pending else None
-        if pending is None or answer is None:
-            return
-        self.workers.submit(
-            sid,
-            lambda: self._submit_answer(room_id, sender, pending, answer, reply_to=None, sent_at=time.time()),
-        )
-
     # ---- streaming -----------------------------------------------------------------------
-    async def _converse(self, sid: SessionId, answer: Answer, open_stream: Any, sent_at: float) -> None:
+    async def _converse(
+        self, sid: SessionId, answer: Answer, open_stream: OpenStream, sent_at: float
+    ) -> None:
         """Stream one graph run into Matrix; every failure ends in one short message."""
         if sid.thread_id:
             await self.redis.set(redis_keys.bot_thread(sid.room_id, sid.thread_id), "1", ex=THREAD_MARK_TTL)

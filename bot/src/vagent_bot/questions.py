@@ -1,0 +1,138 @@
+"""A human answers the agent's pending question, by message or by reaction to the question.
+
+Only the asking user's answer counts, after the same access check as any message; the
+question is taken from Redis exactly once (another process or a double click loses), and
+the answer resumes the graph run, streamed like any other answer. The asking side (saving
+the question when the graph sends one) is part of relaying the graph's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from vagent_bot import metrics
+from vagent_bot.access import AccessResult
+from vagent_bot.graph_client import GraphClient
+from vagent_bot.hitl_store import HitlStore
+from vagent_bot.responder import Answer
+from vagent_bot.routing import IncomingMessage
+from vagent_bot.sessions import SessionWorkers
+from vagent_shared.events import SSEEvent
+from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
+from vagent_shared.session import SessionId
+from vagent_shared.wire import FeedbackRequest
+
+log = structlog.get_logger(__name__)
+
+OpenStream = Callable[[], AsyncIterator[SSEEvent]]
+CheckAccess = Callable[[str, str], Coroutine[Any, Any, AccessResult | None]]
+NewAnswer = Callable[[str, str | None, str | None], Answer]
+Converse = Callable[[SessionId, Answer, OpenStream, float], Coroutine[Any, Any, None]]
+
+
+class Questions:
+    """`check_access(room_id, user_id)`, `new_answer(room_id, thread_root, reply_to)` and
+    `converse(sid, answer, open_stream, sent_at)` are the bot's, shared with new messages."""
+
+    def __init__(
+        self,
+        hitl: HitlStore,
+        graph: GraphClient,
+        workers: SessionWorkers,
+        *,
+        check_access: CheckAccess,
+        new_answer: NewAnswer,
+        converse: Converse,
+    ) -> None:
+        self.hitl, self.graph, self.workers = hitl, graph, workers
+        self._check_access, self._new_answer, self._converse = check_access, new_answer, converse
+
+    async def answer_pending(
+        self,
+        msg: IncomingMessage,
+        pending: PendingQuestion,
+        text: str,
+        addressed: bool,
+        early_access: asyncio.Future[AccessResult | None] | None = None,
+    ) -> None:
+        """`early_access`: the access check already under way for this message, if any."""
+        answer = normalize_answer(text, pending.options)
+        if answer is None:
+            if not addressed:
+                if early_access is not None:
+                    early_access.cancel()
+                return  # group chatter by the same user is not an answer attempt
+            access = await (early_access or self._check_access(msg.room_id, msg.sender))
+            if access is None:
+                return
+            metrics.HITL.labels("invalid_answer").inc()
+            target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
+            options = " or ".join(pending.options) if pending.options else "an answer"
+            await target.notice(
+                f"Please answer {options}. {format_question(pending.question, pending.options)}"
+            )
+            return
+        await self._submit(
+            msg.room_id,
+            msg.sender,
+            pending,
+            answer,
+            reply_to=msg.event_id,
+            sent_at=msg.server_ts / 1000,
+            early_access=early_access,
+        )
+
+    async def on_reaction(self, room_id: str, src: dict[str, Any]) -> None:
+        rel = (src.get("content") or {}).get("m.relates_to") or {}
+        if rel.get("rel_type") != "m.annotation" or not rel.get("event_id"):
+            return
+        sid = await self.hitl.session_for_question(str(rel["event_id"]))
+        if sid is None:
+            return
+        sender = str(src.get("sender"))
+        if SessionId.parse(sid).user_id != sender:
+            log.info("hitl_reaction_ignored", session_id=sid, reason="not the asking user")
+            return
+        pending = await self.hitl.peek(sid)
+        answer = reaction_answer(str(rel.get("key", "")), pending.options) if pending else None
+        if pending is None or answer is None:
+            return
+        self.workers.submit(
+            sid,
+            lambda: self._submit(room_id, sender, pending, answer, reply_to=None, sent_at=time.time()),
+        )
+
+    async def _submit(
+        self,
+        room_id: str,
+        user_id: str,
+        pending: PendingQuestion,
+        answer: str,
+        *,
+        reply_to: str | None,
+        sent_at: float,
+        early_access: asyncio.Future[AccessResult | None] | None = None,
+    ) -> None:
+        structlog.contextvars.bind_contextvars(session_id=pending.session_id)
+        access = await (early_access or self._check_access(room_id, user_id))
+        if access is None:
+            return
+        if await self.hitl.consume(pending.session_id) is None:
+            return  # expired or already answered (another process, a double click)
+        metrics.HITL.labels("answered").inc()
+        log.info("hitl_answered", session_id=pending.session_id, answer=answer)
+        req = FeedbackRequest(
+            session_id=pending.session_id,
+            response=answer,
+            interrupt_id=pending.interrupt_id,
+            ac_context=access.ac,
+        )
+        target = self._new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
+        await self._converse(
+            SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
+        )
