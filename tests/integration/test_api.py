@@ -354,6 +354,50 @@ async def test_session_keys_in_redis_stay_flat(
         await redis.aclose()
 
 
+async def test_each_stream_ends_unlocked_pruned_and_with_the_right_question_hint(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, redis_url: str
+) -> None:
+    """storage.end_of_run, after every stream: the session is unlocked, the hint says whether
+    a question waits, and only the latest checkpoint's write keys are left."""
+    from redis.asyncio import Redis
+
+    from vagent_graph.storage import write_keys_zset
+    from vagent_shared import redis_keys
+
+    sid = new_session()
+    s = sid.format()
+    redis = Redis.from_url(redis_url, decode_responses=True)
+
+    async def state() -> tuple[bool, bool, set[str]]:
+        members = await redis.zrange(write_keys_zset(s), 0, -1)
+        [checkpoint] = [k async for k in redis.scan_iter(match=f"checkpoint:{s}*")]
+        current = (await redis.json().get(checkpoint, "$.checkpoint_id"))[0]  # type: ignore[misc]
+        stale = {m for m in members if m.rsplit(":", 3)[1] != current}
+        assert all([await redis.exists(m) for m in members])
+        return (
+            bool(await redis.exists(redis_keys.session_lock(s))),
+            bool(await redis.exists(redis_keys.graph_question_pending(s))),
+            stale,
+        )
+
+    try:
+        for older_than in ("2016-01-01", "2017-01-01"):
+            llm_server.push_tool_calls([("delete_records", {"older_than": older_than})])
+            events = await post_sse(client, PM, message_body(sid, "delete old"), graph.headers)
+            assert isinstance(events[0], HitlRequest)
+            assert await state() == (False, True, set())  # unlocked, a question waits
+            fb = {"session_id": s, "response": "maybe", "interrupt_id": events[0].interrupt_id}
+            again = await post_sse(client, FB, fb, graph.headers)  # asked again
+            assert isinstance(again[0], HitlRequest)
+            assert await state() == (False, True, set())
+            llm_server.push_text("Nothing was deleted.")
+            fb = {"session_id": s, "response": "no", "interrupt_id": again[0].interrupt_id}
+            assert kinds(await post_sse(client, FB, fb, graph.headers))[-2:] == ["text_final", "done"]
+            assert await state() == (False, False, set())  # unlocked, nothing waits, pruned
+    finally:
+        await redis.aclose()
+
+
 async def test_streamed_oversized_body_is_413(client: httpx.AsyncClient, graph: GraphProcess) -> None:
     async def chunks() -> AsyncIterator[bytes]:
         yield b'{"session_id": "'

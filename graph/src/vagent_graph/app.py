@@ -34,7 +34,7 @@ from vagent_graph.middleware import RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import Run, durability_for
 from vagent_graph.session_lock import SessionBusy, SessionLock
-from vagent_graph.storage import CachingRedisSerializer, prune_stale_writes
+from vagent_graph.storage import CachingRedisSerializer, end_of_run
 from vagent_graph.tools import ToolRegistry, default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
@@ -193,18 +193,15 @@ def create_app(
             log.error("redis_unavailable", error=str(exc))
             raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
 
-    async def tidy(lock: SessionLock, outcome: SSEEvent | None) -> None:
-        """After a run: remember whether a question waits, bound the session's Redis bytes
-        (storage.py). Never fails the request."""
+    async def end_run(lock: SessionLock, outcome: SSEEvent | None) -> None:
+        """After a run: bound the session's Redis bytes, remember whether a question waits,
+        unlock (storage.end_of_run, one round trip). Never fails the request."""
         r: Runtime = app.state.rt
+        waits = None if outcome is None else isinstance(outcome, HitlRequest)
         try:
-            if outcome is not None:
-                await lock.mark_question(
-                    isinstance(outcome, HitlRequest), r.settings.CHECKPOINT_TTL_MINUTES * 60
-                )
-            await prune_stale_writes(r.redis, r.checkpointer, lock.session_id)
-        except Exception as exc:
-            log.warning("prune_failed", error_type=type(exc).__name__)
+            await end_of_run(r.redis, r.checkpointer, lock, waits, r.settings.CHECKPOINT_TTL_MINUTES * 60)
+        except Exception as exc:  # Redis gone: the lock's TTL cleans up
+            log.warning("end_of_run_failed", error_type=type(exc).__name__)
 
     async def release(lock: SessionLock) -> None:
         try:
@@ -230,8 +227,7 @@ def create_app(
             # unlocked even so, hence the shield (anyio re-cancels every await).
             with anyio.CancelScope(shield=True):
                 await batches.aclose()
-                await tidy(lock, outcome)
-                await release(lock)
+                await end_run(lock, outcome)
             metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
             log.info(
                 "stream_closed",
@@ -383,8 +379,7 @@ def create_app(
             finally:
                 await batches.aclose()
                 last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
-                await tidy(lock, last)
-                await release(lock)
+                await end_run(lock, last)
             return JSONResponse(_ack(collected).model_dump())
         return sse("submit_feedback", body.session_id, lock, batches)
 

@@ -49,10 +49,3 @@ class SessionLock:
     async def release(self) -> None:
         """Only our own lock: an expired one may belong to a newer run by now."""
         await self.redis.register_script(_RELEASE)([redis_keys.session_lock(self.session_id)], [self.token])
-
-    async def mark_question(self, pending: bool, ttl_seconds: int) -> None:
-        key = redis_keys.graph_question_pending(self.session_id)
-        if pending:
-            await self.redis.set(key, "1", ex=ttl_seconds)
-        else:
-            await self.redis.delete(key)
