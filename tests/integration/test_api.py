@@ -6,6 +6,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -369,10 +370,10 @@ async def test_each_stream_ends_unlocked_pruned_and_with_the_right_question_hint
     redis = Redis.from_url(redis_url, decode_responses=True)
 
     async def state() -> tuple[bool, bool, set[str]]:
-        members = await redis.zrange(write_keys_zset(s), 0, -1)
+        members = [str(m) for m in await redis.zrange(write_keys_zset(s), 0, -1)]
         [checkpoint] = [k async for k in redis.scan_iter(match=f"checkpoint:{s}*")]
-        current = (await redis.json().get(checkpoint, "$.checkpoint_id"))[0]  # type: ignore[misc]
-        stale = {m for m in members if m.rsplit(":", 3)[1] != current}
+        found: Any = await redis.json().get(checkpoint, "$.checkpoint_id")  # type: ignore[misc]
+        stale = {m for m in members if m.rsplit(":", 3)[1] != found[0]}
         assert all([await redis.exists(m) for m in members])
         return (
             bool(await redis.exists(redis_keys.session_lock(s))),
