@@ -78,6 +78,12 @@ class Runtime:
     started: float
 
 
+#: What the streaming routes answer instead of a stream (all with an ErrorResponse body).
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (401, 409, 413, 422, 503)
+}
+
+
 def _config(session_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
 
@@ -285,10 +291,7 @@ def create_app(
                 "description": "SSE: text_chunk/progress/hitl_request/"
                 "text_final/error, always ending with done",
             },
-            401: {"model": ErrorResponse},
-            409: {"model": ErrorResponse},
-            413: {"model": ErrorResponse},
-            422: {"model": ErrorResponse},
+            **_ERRORS,
         },
     )
     async def process_message(body: ProcessMessageRequest, request: Request) -> EventSourceResponse:
@@ -341,9 +344,7 @@ def create_app(
                 "description": "SSE like process_message, or a JSON ack when "
                 "the client accepts only application/json",
             },
-            401: {"model": ErrorResponse},
-            409: {"model": ErrorResponse},
-            422: {"model": ErrorResponse},
+            **_ERRORS,
         },
     )
     async def submit_feedback(body: FeedbackRequest, request: Request) -> Response:
