@@ -5,19 +5,21 @@ real process on 127.0.0.1. Humans are matrix-nio clients (tests/support/matrix_h
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from redis.asyncio import Redis
 
 from redis_local import free_port
 from synapse_local import SynapseServer
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
-from tests.support.matrix_human import HumanClient
+from tests.support.matrix_human import HumanClient, syncing_human
 from tests.support.procs import ServiceProcess
 
 DOMAIN = "localhost"
@@ -114,8 +116,44 @@ class Stack:
         self.bots.append(bot)
         return bot
 
+    @property
+    def main_bot(self) -> ServiceProcess:
+        """The bot every test talks to unless it runs its own."""
+        return self.bots[0]
+
+    @contextmanager
+    def another_bot(self, name: str, **overrides: str) -> Iterator[ServiceProcess]:
+        """One more bot process for the block (store `name`, env overrides); stopped after it."""
+        bot = self.new_bot(name, **overrides)
+        try:
+            yield bot.start()
+        finally:
+            bot.stop()
+            self.bots.remove(bot)
+
+    async def redis_delete(self, key: str) -> None:
+        """Removes one key from the stack's Redis, as an expiry would."""
+        redis = Redis.from_url(self.redis_url)
+        try:
+            await redis.delete(key)
+        finally:
+            await redis.aclose()
+
     def logs(self) -> str:
         return "\n".join(b.logs() for b in self.bots)
+
+
+@contextmanager
+def down(service: ServiceProcess, crash: bool = False) -> Iterator[None]:
+    """The service is down for the block (SIGTERM, or SIGKILL as a crash), started again after it."""
+    if crash:
+        service.kill()
+    else:
+        service.stop()
+    try:
+        yield
+    finally:
+        service.start()
 
 
 @pytest.fixture(scope="session")
@@ -138,41 +176,40 @@ def stack(
 
 
 @pytest.fixture
-def llm(stack: Stack) -> Iterator[ScriptedLLMServer]:
-    stack.llm.clear()
-    stack.llm.set_default(echo_llm)
-    yield stack.llm
-    stack.llm.clear()
+def llm(stack: Stack, llm_server: ScriptedLLMServer) -> ScriptedLLMServer:
+    """The stack's LLM (the session's, which `llm_server` empties around the test), answering
+    with echo_llm unless the test scripts something else."""
+    llm_server.set_default(echo_llm)
+    return llm_server
 
 
-async def _human(stack: Stack, user_id: str, tmp_path: Path, encryption: bool = True) -> HumanClient:
-    human = await HumanClient.login(
-        stack.synapse.url,
-        user_id,
-        stack.users.passwords[user_id],
-        tmp_path / user_id.strip("@").replace(":", "_"),
-        encryption,
-    )
-    await human.start_sync()
-    return human
+Login = Callable[[str], Awaitable[HumanClient]]
 
 
 @pytest.fixture
-async def alice(stack: Stack, tmp_path: Path) -> AsyncIterator[HumanClient]:
-    h = await _human(stack, stack.users.alice, tmp_path)
-    yield h
-    await h.close()
+async def humans(stack: Stack, tmp_path: Path) -> AsyncIterator[Login]:
+    """Logs one of `users` in as a syncing HumanClient; all are closed after the test."""
+    async with AsyncExitStack() as logged_in:
+
+        async def login(user_id: str) -> HumanClient:
+            store = tmp_path / user_id.strip("@").replace(":", "_")
+            password = stack.users.passwords[user_id]
+            human = syncing_human(stack.synapse.url, user_id, password, store)
+            return await logged_in.enter_async_context(human)
+
+        yield login
 
 
 @pytest.fixture
-async def bob(stack: Stack, tmp_path: Path) -> AsyncIterator[HumanClient]:
-    h = await _human(stack, stack.users.bob, tmp_path)
-    yield h
-    await h.close()
+async def alice(humans: Login, stack: Stack) -> HumanClient:
+    return await humans(stack.users.alice)
 
 
 @pytest.fixture
-async def carol(stack: Stack, tmp_path: Path) -> AsyncIterator[HumanClient]:
-    h = await _human(stack, stack.users.carol, tmp_path)
-    yield h
-    await h.close()
+async def bob(humans: Login, stack: Stack) -> HumanClient:
+    return await humans(stack.users.bob)
+
+
+@pytest.fixture
+async def carol(humans: Login, stack: Stack) -> HumanClient:
+    return await humans(stack.users.carol)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import DOMAIN, Stack
+from tests.e2e.conftest import DOMAIN, Stack, down
 from tests.support.graph_process import TOKEN
 from tests.support.llm_server import ScriptedLLMServer
-from tests.support.matrix_human import HumanClient, Msg
-from vagent_shared import SessionId
+from tests.support.matrix_human import HumanClient, Msg, syncing_human
+from vagent_shared import SessionId, redis_keys
 
 pytestmark = pytest.mark.e2e
 TENANT = [{"type": "io.vagent.tenant", "state_key": "", "content": {"domain": DOMAIN}}]
@@ -24,9 +24,37 @@ def older_than(stack: Stack, cutoff: str) -> int:
         return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (cutoff,)).fetchone()[0])
 
 
+def reads(text: str) -> Callable[[Msg], bool]:
+    """A message whose (latest) body is exactly `text`."""
+    return lambda m: m.body == text
+
+
 def said(text: str) -> Callable[[Msg], bool]:
     """The echo LLM's answer to `text`."""
-    return lambda m: m.body == f"You said: {text}"
+    return reads(f"You said: {text}")
+
+
+async def echoed(human: HumanClient, stack: Stack, room: str, text: str, bot: str | None = None) -> Msg:
+    """The human says `text`; the bot's answer to it (the echo LLM's)."""
+    await human.send(room, text)
+    return await human.wait_for_reply(bot or stack.users.bot, room, said(text))
+
+
+async def wait_for_echoes(
+    human: HumanClient,
+    stack: Stack,
+    room: str,
+    texts: list[str],
+    timeout: float = 20,  # noqa: ASYNC109
+) -> None:
+    """Until the bot has answered each of `texts` (already sent) with the echo LLM's answer."""
+    for text in texts:
+        await human.wait_for_reply(stack.users.bot, room, said(text), timeout=timeout)
+
+
+async def bodies(human: HumanClient, stack: Stack, room: str, bot: str | None = None) -> list[str]:
+    """The bodies of all the bot's messages in the room so far, latest edits applied."""
+    return [m.body for m in await human.messages_from(bot or stack.users.bot, room)]
 
 
 async def ask_delete(
@@ -64,12 +92,17 @@ async def test_dm_question_gets_a_streamed_answer(
     assert len(await alice.messages_from(stack.users.bot, room)) == 1  # one message, edited
 
 
+async def tenant_room(alice: HumanClient, name: str, members: list[str]) -> str:
+    """A room with the tenant state event; returns once every invited member has joined."""
+    room = await alice.create_room(members, name, state=TENANT)
+    for member in members:
+        await alice.wait_joined(room, member)
+    return room
+
+
 async def group(alice: HumanClient, stack: Stack, name: str) -> str:
     """A group room (alice, bob, the bot): the bot answers only when addressed."""
-    room = await alice.create_room([stack.users.bot, stack.users.bob], name, state=TENANT)
-    await alice.wait_joined(room, stack.users.bot)
-    await alice.wait_joined(room, stack.users.bob)
-    return room
+    return await tenant_room(alice, name, [stack.users.bot, stack.users.bob])
 
 
 async def test_delete_confirmed_in_a_thread_after_an_invalid_answer(
@@ -89,7 +122,7 @@ async def test_delete_confirmed_in_a_thread_after_an_invalid_answer(
     assert again.thread_root == root and older_than(stack, "2016-01-01") == before
     llm.push_text("Deleted them.")
     await alice.send(room, "yes", thread_root=root)
-    done = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted them.")
+    done = await alice.wait_for_reply(stack.users.bot, room, reads("Deleted them."))
     assert done.thread_root == root
     assert older_than(stack, "2016-01-01") == 0
 
@@ -102,7 +135,7 @@ async def test_no_cancels_and_deletes_nothing(
     await ask_delete(alice, stack, llm, room, "2019-01-01", "delete records older than 2019")
     llm.push_text("Okay, I did not delete anything.")
     await alice.send(room, "No")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Okay, I did not delete anything.")
+    await alice.wait_for_reply(stack.users.bot, room, reads("Okay, I did not delete anything."))
     assert older_than(stack, "2019-01-01") == before
     tool = next(m for m in llm.requests[-1]["messages"] if m["role"] == "tool")
     assert "declined" in tool["content"]
@@ -113,7 +146,7 @@ async def test_confirmation_by_reaction(stack: Stack, alice: HumanClient, llm: S
     q = await ask_delete(alice, stack, llm, room, "2017-01-01", "delete records older than 2017")
     llm.push_text("Deleted by reaction.")
     await alice.react(room, q.event_id, "✅")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted by reaction.")
+    await alice.wait_for_reply(stack.users.bot, room, reads("Deleted by reaction."))
     assert older_than(stack, "2017-01-01") == 0
 
 
@@ -133,7 +166,7 @@ async def test_another_user_cannot_approve(
     # alice's question is still pending: only she can answer it
     llm.push_text("Deleted on alice's word.")
     await alice.send(room, "yes")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "Deleted on alice's word.")
+    await alice.wait_for_reply(stack.users.bot, room, reads("Deleted on alice's word."))
     assert older_than(stack, "2020-06-01") == 0
 
 
@@ -154,21 +187,16 @@ async def test_provider_down_means_nobody_gets_a_reply(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
     room = await dm_with_bot(alice, stack)
-    stack.acp.stop()
-    try:
+    with down(stack.acp):
         await alice.send(room, "anyone?")
         await alice.assert_no_message_from(stack.users.bot, room, within=3)
         assert llm.requests == []
-    finally:
-        stack.acp.start()
-    await alice.send(room, "back?")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: back?")
+    await echoed(alice, stack, room, "back?")
 
 
 async def test_encrypted_dm_round_trip(stack: Stack, alice: HumanClient, llm: ScriptedLLMServer) -> None:
     room = await dm_with_bot(alice, stack, encrypted=True)
-    await alice.send(room, "secret question")
-    reply = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: secret question")
+    reply = await echoed(alice, stack, room, "secret question")
     raw = [e for e in alice.events if e.event_id == reply.event_id]
     assert raw and raw[0].encrypted
 
@@ -182,37 +210,29 @@ async def test_help_and_group_addressing(
     help_msg = await alice.wait_for_reply(stack.users.bot, room, lambda m: "!reset" in m.body)
     assert "!stop" in help_msg.body
     await alice.send(room, f"{stack.users.bot} ping", mentions=[stack.users.bot])
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: ping")
-    bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
-    assert not any("just chatting" in b for b in bodies)
+    await alice.wait_for_reply(stack.users.bot, room, said("ping"))
+    assert not any("just chatting" in b for b in await bodies(alice, stack, room))
 
 
 async def test_restart_mid_conversation_loses_nothing_answers_once(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
     room = await dm_with_bot(alice, stack)
-    await alice.send(room, "before restart")
-    await alice.wait_for_reply(stack.users.bot, room, said("before restart"))
-    main = stack.bots[0]
-    main.kill()  # a crash: no goodbye
-    for i in range(12):
-        await alice.send(room, f"while down {i}")
-    # the same store (same device), and a small sync timeline so the backlog arrives `limited`
-    revived = stack.new_bot("bot", SYNC_TIMELINE_LIMIT="5").start()
-    try:
-        for i in range(12):
-            await alice.wait_for_reply(stack.users.bot, room, said(f"while down {i}"), timeout=40)
-        await asyncio.sleep(1.5)
-        bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
-        expected = ["You said: before restart"] + [f"You said: while down {i}" for i in range(12)]
-        assert sorted(bodies) == sorted(expected)  # none lost, none answered twice
-        logs = revived.logs()
-        assert '"method": "restored"' in logs  # the device was reused, not a new login
-        assert '"event": "backfilled"' in logs
-    finally:
-        revived.stop()
-        stack.bots.remove(revived)
-        main.start()
+    await echoed(alice, stack, room, "before restart")
+    while_down = [f"while down {i}" for i in range(12)]
+    with down(stack.main_bot, crash=True):  # a crash: no goodbye
+        for text in while_down:
+            await alice.send(room, text)
+        # the same store (same device), and a small sync timeline so the backlog arrives `limited`
+        with stack.another_bot("bot", SYNC_TIMELINE_LIMIT="5") as revived:
+            await wait_for_echoes(alice, stack, room, while_down, timeout=40)
+            await asyncio.sleep(1.5)
+            expected = ["You said: before restart"] + [f"You said: {t}" for t in while_down]
+            answers = await bodies(alice, stack, room)
+            assert sorted(answers) == sorted(expected)  # none lost, none answered twice
+            logs = revived.logs()
+            assert '"method": "restored"' in logs  # the device was reused, not a new login
+            assert '"event": "backfilled"' in logs
 
 
 async def test_first_ever_start_does_not_answer_old_history(
@@ -221,40 +241,24 @@ async def test_first_ever_start_does_not_answer_old_history(
     newbot_pw = "newbot-password"
     newbot = await asyncio.to_thread(stack.synapse.register_user, f"newbot{id(tmp_path) % 100000}", newbot_pw)
     # the bot's account is already in the room and history exists before it ever runs
-    as_bot = await HumanClient.login(stack.synapse.url, newbot, newbot_pw, tmp_path / "as-bot", False)
-    await as_bot.start_sync()
-    dm = await alice.create_dm(newbot)
-    await as_bot.close()
+    async with syncing_human(stack.synapse.url, newbot, newbot_pw, tmp_path / "as-bot", False):
+        dm = await alice.create_dm(newbot)
     await alice.send(dm, "old message before the bot ever ran")
-    env = {"MATRIX_USER": newbot, "MATRIX_PASSWORD": newbot_pw}
-    bot = stack.new_bot("newbot", **env).start()
-    try:
+    with stack.another_bot("newbot", MATRIX_USER=newbot, MATRIX_PASSWORD=newbot_pw):
         await asyncio.sleep(2)
-        await alice.send(dm, "new message")
-        await alice.wait_for_reply(newbot, dm, said("new message"))
-        bodies = [m.body for m in await alice.messages_from(newbot, dm)]
-        assert bodies == ["You said: new message"]
-    finally:
-        bot.stop()
-        stack.bots.remove(bot)
+        await echoed(alice, stack, dm, "new message", bot=newbot)
+        assert await bodies(alice, stack, dm, bot=newbot) == ["You said: new message"]
 
 
 async def test_expired_question_makes_the_next_message_a_new_request(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
-    from redis.asyncio import Redis
-
-    from vagent_shared import redis_keys
-
     room = await dm_with_bot(alice, stack)
     before = older_than(stack, "2021-01-01")
     await ask_delete(alice, stack, llm, room, "2021-01-01", "delete records older than 2021")
-    redis = Redis.from_url(stack.redis_url)
     sid = SessionId(room_id=room, user_id=stack.users.alice).format()
-    await redis.delete(redis_keys.hitl_pending(sid))  # what the question's TTL does
-    await redis.aclose()
-    await alice.send(room, "yes")
-    await alice.wait_for_reply(stack.users.bot, room, said("yes"))  # a new request, not an approval
+    await stack.redis_delete(redis_keys.hitl_pending(sid))  # what the question's TTL does
+    await echoed(alice, stack, room, "yes")  # a new request, not an approval
     assert older_than(stack, "2021-01-01") == before
     msgs = llm.requests[-1]["messages"]
     results = [m["content"] for m in msgs if m["role"] == "tool"]
@@ -271,7 +275,7 @@ async def test_long_answer_is_split_into_several_messages(
     await alice.send(room, "write a book")
     await alice.wait_for_reply(stack.users.bot, room, lambda m: "Paragraph 11" in m.body, 30)
     await asyncio.sleep(1)
-    parts = [m.body for m in await alice.messages_from(stack.users.bot, room)]
+    parts = await bodies(alice, stack, room)
     assert len(parts) >= 2
     assert "".join(parts).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
 
@@ -279,49 +283,31 @@ async def test_long_answer_is_split_into_several_messages(
 async def test_two_bot_processes_answer_each_message_exactly_once(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
-    second = stack.new_bot("bot2").start()
-    try:
+    with stack.another_bot("bot2"):
         room = await dm_with_bot(alice, stack)
-        sent = [await alice.send(room, f"message {i}") for i in range(8)]
-        for i in range(8):
-            await alice.wait_for_reply(stack.users.bot, room, said(f"message {i}"), timeout=40)
+        texts = [f"message {i}" for i in range(8)]
+        sent = [await alice.send(room, text) for text in texts]
+        await wait_for_echoes(alice, stack, room, texts, timeout=40)
         await asyncio.sleep(2)
         replies: list[Msg] = await alice.messages_from(stack.users.bot, room)
         assert sorted(m.in_reply_to or "" for m in replies) == sorted(sent)
-    finally:
-        second.stop()
-        stack.bots.remove(second)
 
 
 async def test_flood_control_and_length_limit(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
-    from redis.asyncio import Redis
-
-    from vagent_shared import redis_keys
-
-    redis = Redis.from_url(stack.redis_url)
-    await redis.delete(redis_keys.flood(stack.users.alice))  # earlier tests' messages count too
-    await redis.aclose()
-    main = stack.bots[0]
-    main.stop()
-    strict = stack.new_bot(
-        "bot", FLOOD_MAX_MESSAGES="2", FLOOD_WINDOW_SECONDS="60", MAX_MESSAGE_CHARS="50"
-    ).start()  # same store: the same device
-    try:
+    await stack.redis_delete(redis_keys.flood(stack.users.alice))  # earlier tests' messages count too
+    strict_env = {"FLOOD_MAX_MESSAGES": "2", "FLOOD_WINDOW_SECONDS": "60", "MAX_MESSAGE_CHARS": "50"}
+    with down(stack.main_bot), stack.another_bot("bot", **strict_env):  # same store: the same device
         room = await dm_with_bot(alice, stack)
         await alice.send(room, "x" * 51)
         await alice.wait_for_reply(stack.users.bot, room, lambda m: "too long" in m.body)
         for i in range(3):
             await alice.send(room, f"burst {i}")
         await alice.wait_for_reply(stack.users.bot, room, lambda m: "too fast" in m.body)
-        bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
-        assert "You said: burst 0" in bodies and "You said: burst 2" not in bodies
+        answers = await bodies(alice, stack, room)
+        assert "You said: burst 0" in answers and "You said: burst 2" not in answers
         assert not any(r["messages"][-1]["content"] == "x" * 51 for r in llm.requests)
-    finally:
-        strict.stop()
-        stack.bots.remove(strict)
-        main.start()
 
 
 async def test_stop_cancels_the_running_answer(
@@ -332,23 +318,20 @@ async def test_stop_cancels_the_running_answer(
     await alice.send(room, "write a lot")
     await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("slow"))
     await alice.send(room, "!stop")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "⏹️ Stopped.")
+    await alice.wait_for_reply(stack.users.bot, room, reads("⏹️ Stopped."))
     assert await asyncio.to_thread(llm.wait_for_streams, disconnected=1, timeout=10)
     assert llm.completed_streams == 0
-    await alice.send(room, "still there?")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: still there?")
+    await echoed(alice, stack, room, "still there?")
 
 
 async def test_reset_forgets_the_conversation(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
     room = await dm_with_bot(alice, stack)
-    await alice.send(room, "my name is Ada")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: my name is Ada")
+    await echoed(alice, stack, room, "my name is Ada")
     await alice.send(room, "!reset")
     await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("🧹"))
-    await alice.send(room, "what is my name?")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: what is my name?")
+    await echoed(alice, stack, room, "what is my name?")
     assert "Ada" not in str(llm.requests[-1]["messages"])
 
 
@@ -361,17 +344,13 @@ async def test_failures_are_told_once_and_the_session_stays_usable(
     await alice.send(room, "first")
     err = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("⚠️"))
     assert "boom" not in err.body and "Traceback" not in err.body
-    stack.graph.stop()
-    try:
+    with down(stack.graph):
         await alice.send(room, "second")
-        down = await alice.wait_for_reply(
+        unreachable = await alice.wait_for_reply(
             stack.users.bot, room, lambda m: m.body.startswith("⚠️") and m.event_id != err.event_id
         )
-        assert "reach" in down.body
-    finally:
-        stack.graph.start()
-    await alice.send(room, "third")
-    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == "You said: third")
+        assert "reach" in unreachable.body
+    await echoed(alice, stack, room, "third")
     warnings = [m for m in await alice.messages_from(stack.users.bot, room) if m.body.startswith("⚠️")]
     assert len(warnings) == 2
 
@@ -381,10 +360,8 @@ async def test_invites_tenants_health_and_clean_shutdown(
 ) -> None:
     import httpx
 
-    main = stack.bots[0]
-    main.stop()
-    strict = stack.new_bot("bot", INVITE_ALLOWLIST=stack.users.alice, DEFAULT_DOMAIN="").start()
-    try:
+    strict_env = {"INVITE_ALLOWLIST": stack.users.alice, "DEFAULT_DOMAIN": ""}
+    with down(stack.main_bot), stack.another_bot("bot", **strict_env) as strict:
         # only alice may invite the bot: bob's invite is declined
         bobs = await bob.create_room([stack.users.bot], "bob's room", state=TENANT)
         await bob.wait_for(
@@ -401,20 +378,15 @@ async def test_invites_tenants_health_and_clean_shutdown(
         await alice.assert_no_message_from(stack.users.bot, dm, within=2)
         assert "no_tenant_domain" in strict.logs()
         # a room with the tenant event works
-        room = await alice.create_room([stack.users.bot], "tenant room", state=TENANT)
-        await alice.wait_joined(room, stack.users.bot)
-        await alice.send(room, "hi")
-        await alice.wait_for_reply(stack.users.bot, room, said("hi"))
+        room = await tenant_room(alice, "tenant room", [stack.users.bot])
+        await echoed(alice, stack, room, "hi")
         port = strict.env["BOT_HEALTH_PORT"]
         health = await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/health", timeout=10)
         assert health.status_code == 200
         assert health.json()["checks"] == {"sync": True, "redis": True, "graph": True}
         metrics = (await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/metrics", timeout=10)).text
         assert 'vagent_bot_events_total{outcome="answered"}' in metrics
-    finally:
         code = strict.stop()
-        stack.bots.remove(strict)
-        main.start()
     assert code == 0  # SIGTERM: a clean stop
     logs = strict.logs()
     assert "bot_stopped" in logs
@@ -425,8 +397,7 @@ async def test_invites_tenants_health_and_clean_shutdown(
 async def test_history_before_the_bot_joined_is_not_answered(
     stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer
 ) -> None:
-    room = await alice.create_room([stack.users.bob], "busy room", state=TENANT)
-    await alice.wait_joined(room, stack.users.bob)
+    room = await tenant_room(alice, "busy room", [stack.users.bob])
     for i in range(120):  # more than one sync timeline: the bot's first sync there is `limited`
         await alice.send(room, f"!ai old question {i}")
     await alice.client.room_invite(room, stack.users.bot)
@@ -434,5 +405,4 @@ async def test_history_before_the_bot_joined_is_not_answered(
     await alice.send(room, "!ai new question")
     await alice.wait_for_reply(stack.users.bot, room, said("new question"))
     await asyncio.sleep(1)
-    bodies = [m.body for m in await alice.messages_from(stack.users.bot, room)]
-    assert bodies == ["You said: new question"]
+    assert await bodies(alice, stack, room) == ["You said: new question"]

@@ -18,7 +18,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -569,3 +569,16 @@ async def new_human(
     human.password = password
     await human.start_sync()
     return human
+
+
+@contextlib.asynccontextmanager
+async def syncing_human(
+    homeserver: str, user_id: str, password: str, store_dir: Path, encryption: bool = True
+) -> AsyncIterator[HumanClient]:
+    """An existing user logged in and syncing for the block; closed after it (the device stays)."""
+    human = await HumanClient.login(homeserver, user_id, password, store_dir, encryption)
+    try:
+        await human.start_sync()
+        yield human
+    finally:
+        await human.close()
