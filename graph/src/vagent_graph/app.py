@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -305,31 +304,29 @@ def create_app(
                 422, "message_too_long", f"message: longer than {r.settings.MAX_MESSAGE_CHARS} characters."
             )
         log.debug("process_message", user_id=body.user_id, chars=len(body.message))
-        lock = await acquire(r, body.session_id)
-        cfg = _config(body.session_id)
-        turn = new_turn_input(body.message, body.ac_context)
-        timeout = r.settings.RUN_TIMEOUT_SECONDS
-        if not lock.question_may_be_pending:
-            # The usual case: the run starts now, while the response is being set up.
-            return sse("process_message", body.session_id, lock, Run(r.graph, turn, cfg, timeout).batches())
+        sid = body.session_id
 
-        async def after_stale_question() -> AsyncGenerator[list[SSEEvent], None]:
-            try:
-                await close_stale_question(r, body.session_id)
-            except Exception:
-                log.exception("close_stale_question_failed")
-                yield [
-                    ErrorEvent(
-                        error_code="internal_error",
-                        message="Something went wrong while answering. Please try again.",
-                    )
-                ]
-                return
-            async with contextlib.aclosing(Run(r.graph, turn, cfg, timeout).batches()) as run:
-                async for batch in run:
-                    yield batch
+        async def close_if_pending(lock: SessionLock) -> None:
+            if lock.question_may_be_pending:
+                await close_stale_question(r, sid)
 
-        return sse("process_message", body.session_id, lock, after_stale_question())
+        # The lock is taken in the run's own task, which goes straight on into the graph.
+        run = Run(
+            r.graph,
+            new_turn_input(body.message, body.ac_context),
+            _config(sid),
+            r.settings.RUN_TIMEOUT_SECONDS,
+            gate=lambda: acquire(r, sid),
+            prelude=close_if_pending,
+        )
+        try:
+            lock: SessionLock = await run.gate
+        except BaseException:  # busy, Redis down, or this request cancelled
+            await run.close()
+            if run.gate.done() and not run.gate.cancelled() and run.gate.exception() is None:
+                await release(run.gate.result())
+            raise
+        return sse("process_message", sid, lock, run.batches())
 
     @app.post(
         "/api/v1/submit_feedback",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,26 +151,56 @@ def error_event_for(exc: BaseException) -> ErrorEvent:
 
 
 class Run:
-    """One graph run, started at once in its own task, feeding a queue that `events()`
-    reads. Starting before the HTTP response is set up lets the run's first Redis and LLM
-    round trips overlap that work. `close()` (idempotent) cancels a run nobody reads."""
+    """One graph run in its own task, feeding a queue that `batches()` reads.
+
+    `gate` (the session lock) runs first, in the same task, and the caller awaits its
+    result (`await run.gate`) to decide between a stream and a refusal; the graph starts
+    right after it, without waiting for the HTTP response to be set up. `prelude` runs
+    between the two (closing a stale question); its failure ends the run with an `error`
+    event like any other. `close()` (idempotent) cancels a run nobody reads.
+    """
 
     def __init__(
-        self, graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
+        self,
+        graph: CompiledStateGraph[Any],
+        graph_input: Any,
+        config: RunnableConfig,
+        run_timeout: float,
+        *,
+        gate: Callable[[], Awaitable[Any]] | None = None,
+        prelude: Callable[[Any], Awaitable[None]] | None = None,
     ) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._mapper = EventMapper()
         self._closed = False
+        self.gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         metrics.ACTIVE_RUNS.inc()
-        produce = self._produce(graph, graph_input, config, run_timeout)
+        produce = self._produce(graph, graph_input, config, run_timeout, gate, prelude)
         self._task = asyncio.create_task(produce, name="graph-run")
 
     async def _produce(
-        self, graph: CompiledStateGraph[Any], graph_input: Any, config: RunnableConfig, run_timeout: float
+        self,
+        graph: CompiledStateGraph[Any],
+        graph_input: Any,
+        config: RunnableConfig,
+        run_timeout: float,
+        gate: Callable[[], Awaitable[Any]] | None,
+        prelude: Callable[[Any], Awaitable[None]] | None,
     ) -> None:
         queue, mapper = self._queue, self._mapper
         try:
+            try:
+                opened = await gate() if gate is not None else None
+            except asyncio.CancelledError:
+                self.gate.cancel()
+                raise
+            except Exception as exc:
+                self.gate.set_exception(exc)
+                return
+            self.gate.set_result(opened)
             async with asyncio.timeout(run_timeout):
+                if prelude is not None:
+                    await prelude(opened)
                 async for mode, payload in graph.astream(
                     graph_input, config, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
                 ):
