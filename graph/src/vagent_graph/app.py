@@ -323,7 +323,7 @@ def create_app(
             lock: SessionLock = await run.gate
         except BaseException:  # busy, Redis down, or this request cancelled
             await run.close()
-            if run.gate.done() and not run.gate.cancelled() and run.gate.exception() is None:
+            if run.gate_opened:  # the lock was taken just before this request went away
                 await release(run.gate.result())
             raise
         return sse("process_message", sid, lock, run.batches())

@@ -174,7 +174,6 @@ class Run:
         self._mapper = EventMapper()
         self._closed = False
         self.gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        metrics.ACTIVE_RUNS.inc()
         produce = self._produce(graph, graph_input, config, run_timeout, gate, prelude)
         self._task = asyncio.create_task(produce, name="graph-run")
 
@@ -198,6 +197,7 @@ class Run:
                 self.gate.set_exception(exc)
                 return
             self.gate.set_result(opened)
+            metrics.ACTIVE_RUNS.inc()  # a refused or cancelled gate is not a run
             async with asyncio.timeout(run_timeout):
                 if prelude is not None:
                     await prelude(opened)
@@ -239,12 +239,18 @@ class Run:
         finally:
             await self.close()
 
+    @property
+    def gate_opened(self) -> bool:
+        """The gate let the run through (its result is what the caller must clean up)."""
+        return self.gate.done() and not self.gate.cancelled() and self.gate.exception() is None
+
     async def close(self) -> None:
         """Stop the run if it is still going (the client went away); safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        metrics.ACTIVE_RUNS.dec()
+        if self.gate_opened:
+            metrics.ACTIVE_RUNS.dec()
         if not self._task.done():
             log.info("run_cancelled", reason="client went away")
             self._task.cancel()
