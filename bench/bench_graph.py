@@ -77,6 +77,9 @@ from vagent_shared.settings import GraphSettings  # noqa: E402
 from vagent_shared.wire import ProcessMessageRequest  # noqa: E402
 
 RATIO_TARGET = 1.3
+#: Requests per worker in one block of a concurrent phase: the first and the last of each
+#: worker's are not counted (run_phase), so a block counts about (BLOCK_ROUNDS - 2) each.
+BLOCK_ROUNDS = 6
 REDIS_RATIO_TARGET = 2.0
 FIRST_CHECKPOINT = 10
 DEFAULTS: dict[str, int] = {"requests": 200, "concurrency": 20, "turns": 200, "warmup": 10}
@@ -110,12 +113,19 @@ class Sample:
 
 @dataclass
 class Phase:
-    """All measured requests of one mode at one concurrency."""
+    """All counted requests of one mode at one concurrency (`executed`: also the uncounted
+    ones at the edges of each block; see run_phase), and the time they all took."""
 
     mode: str
     concurrency: int
     samples: list[Sample]
     wall: float
+    executed: int = 0
+
+    @property
+    def rps(self) -> float:
+        """Completed requests per second over the phase's blocks, edges included."""
+        return self.executed / self.wall if self.wall > 0 else 0.0
 
     def stats(self, attr: str) -> dict[str, float]:
         """p50/p99/mean/min/max in milliseconds, as printed and stored."""
@@ -127,8 +137,9 @@ class Phase:
             "mode": self.mode,
             "concurrency": self.concurrency,
             "requests": len(self.samples),
+            "requests_executed": self.executed,
             "wall_s": self.wall,
-            "throughput_rps": len(self.samples) / self.wall if self.wall > 0 else 0.0,
+            "throughput_rps": self.rps,
             "first_event_ms": self.stats("first"),
             "total_ms": self.stats("total"),
             "text_items_min": min(s.chunks for s in self.samples),
@@ -227,17 +238,34 @@ async def service_request(client: GraphClient) -> Sample:
 
 
 async def run_phase(mode: str, request: Callable[[], Awaitable[Sample]], n: int, concurrency: int) -> Phase:
-    """`n` requests with exactly `concurrency` in flight (workers pull from one counter)."""
+    """`n` requests by `concurrency` workers pulling from one counter.
+
+    Only requests that ran while `concurrency` were in flight are counted: at c>1 each
+    worker's first request is left out (all workers start at once, a burst that is not
+    the steady state) and so is every request still running when the first worker found
+    no more work (the drain, with fewer and fewer in flight). At c=1 every request counts.
+    """
     todo = iter(range(n))
-    samples: list[Sample] = []
+    runs: list[tuple[Sample, bool, float]] = []  # sample, worker's first, end time
+    drain_at = math.inf
 
     async def worker() -> None:
+        nonlocal drain_at
+        first = True
         for _ in todo:
-            samples.append(await request())
+            sample = await request()
+            runs.append((sample, first, time.perf_counter()))
+            first = False
+        drain_at = min(drain_at, time.perf_counter())
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(min(concurrency, n))))
-    return Phase(mode, concurrency, samples, time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    if concurrency == 1:
+        counted = [s for s, _, _ in runs]
+    else:
+        counted = [s for s, first, end in runs if not first and end <= drain_at]
+    return Phase(mode, concurrency, counted, wall, executed=len(runs))
 
 
 async def warm_up(request: Callable[[], Awaitable[Sample]], n: int, concurrency: int) -> None:
@@ -316,15 +344,14 @@ def print_latency(phases: list[Phase]) -> list[dict[str, Any]]:
     """Table of every phase, then the service/bare ratios per concurrency."""
     print("\n1) Latency: bare graph.astream vs HTTP/SSE service, milliseconds")
     print(
-        f"   {'mode':<8}{'conc':>5}{'n':>6}{'first p50':>11}{'first p99':>11}"
+        f"   {'mode':<8}{'conc':>5}{'n':>6}{'run':>6}{'first p50':>11}{'first p99':>11}"
         f"{'total p50':>11}{'total p99':>11}{'req/s':>9}"
     )
     for p in phases:
         f, t = p.stats("first"), p.stats("total")
-        rps = len(p.samples) / p.wall if p.wall > 0 else 0.0
         print(
-            f"   {p.mode:<8}{p.concurrency:>5}{len(p.samples):>6}{f['p50']:>11.2f}{f['p99']:>11.2f}"
-            f"{t['p50']:>11.2f}{t['p99']:>11.2f}{rps:>9.1f}"
+            f"   {p.mode:<8}{p.concurrency:>5}{len(p.samples):>6}{p.executed:>6}"
+            f"{f['p50']:>11.2f}{f['p99']:>11.2f}{t['p50']:>11.2f}{t['p99']:>11.2f}{p.rps:>9.1f}"
         )
     ratios: list[dict[str, Any]] = []
     by = {(p.mode, p.concurrency): p for p in phases}
@@ -455,22 +482,24 @@ async def latency_benchmark(cfg: Config, settings: GraphSettings, service: Graph
 async def run_interleaved(
     modes: dict[str, Callable[[], Awaitable[Sample]]], n: int, concurrency: int
 ) -> list[Phase]:
-    """`n` requests per mode in small alternating blocks (one request each at concurrency 1,
-    `2 * concurrency` otherwise), the order of the modes flipping every round, so a drift
-    of the machine during the run (other load, CPU frequency) hits every mode alike."""
-    block = 1 if concurrency == 1 else 2 * concurrency
+    """At least `n` counted requests per mode, in alternating blocks (one request at
+    concurrency 1, `BLOCK_ROUNDS * concurrency` otherwise), the order of the modes
+    flipping every round, so a drift of the machine during the run (other load, CPU
+    frequency) hits every mode alike. run_phase says which requests of a block count."""
+    block = 1 if concurrency == 1 else BLOCK_ROUNDS * concurrency
     samples: dict[str, list[Sample]] = {m: [] for m in modes}
     walls: dict[str, float] = dict.fromkeys(modes, 0.0)
+    executed: dict[str, int] = dict.fromkeys(modes, 0)
     order = list(modes)
     while any(len(samples[m]) < n for m in modes):
         for mode in order:
-            todo = min(block, n - len(samples[mode]))
-            if todo > 0:
-                phase = await run_phase(mode, modes[mode], todo, concurrency)
+            if len(samples[mode]) < n:
+                phase = await run_phase(mode, modes[mode], block, concurrency)
                 samples[mode] += phase.samples
                 walls[mode] += phase.wall
+                executed[mode] += phase.executed
         order.reverse()
-    return [Phase(m, concurrency, samples[m], walls[m]) for m in modes]
+    return [Phase(m, concurrency, samples[m], walls[m], executed[m]) for m in modes]
 
 
 def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:

@@ -25,15 +25,16 @@ from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
-from vagent_graph import metrics
+from vagent_graph import locked_read, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
+from vagent_graph.locked_read import PrefetchingRedis
 from vagent_graph.middleware import RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import Run, durability_for
 from vagent_graph.session_lock import SessionBusy, SessionLock
-from vagent_graph.storage import CachingRedisSerializer, end_of_run
+from vagent_graph.storage import CachingRedisSerializer, checkpoint_key, end_of_run
 from vagent_graph.tools import ToolRegistry, default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
@@ -102,7 +103,8 @@ async def open_runtime(
     )
     try:
         saver = AsyncShallowRedisSaver(
-            redis_client=redis,
+            # Same pool; answers the read that came with the session lock (locked_read.py).
+            redis_client=PrefetchingRedis(connection_pool=redis.connection_pool),
             ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
         )
         saver.serde = CachingRedisSerializer()
@@ -187,9 +189,17 @@ def create_app(
 
     install_error_handlers(app)
 
-    async def acquire(r: Runtime, session_id: str) -> SessionLock:
+    async def acquire(r: Runtime, session_id: str, *, read_checkpoint: bool = True) -> SessionLock:
+        """The session lock; with it (one round trip) the checkpoint, which the checkpointer
+        then reads from memory in this task (locked_read.py)."""
         try:
-            return await SessionLock.acquire(r.redis, session_id, r.settings.RUN_TIMEOUT_SECONDS + 60)
+            lock = await SessionLock.acquire(
+                r.redis,
+                session_id,
+                r.settings.RUN_TIMEOUT_SECONDS + 60,
+                checkpoint_key(r.checkpointer, session_id) if read_checkpoint else None,
+                r.settings.CHECKPOINT_TTL_MINUTES * 60,
+            )
         except SessionBusy:
             raise api_error(
                 409, "session_busy", "This session is already answering another message."
@@ -197,6 +207,9 @@ def create_app(
         except Exception as exc:
             log.error("redis_unavailable", error=str(exc))
             raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
+        if lock.checkpoint is not None:
+            locked_read.offer(lock.checkpoint)
+        return lock
 
     async def end_run(lock: SessionLock, outcome: SSEEvent | None) -> None:
         """After a run: bound the session's Redis bytes, remember whether a question waits,
@@ -220,6 +233,7 @@ def create_app(
         start = time.perf_counter()
         outcome: SSEEvent | None = None
         finished = False
+        events = writes = 0
 
         async def finish() -> None:
             """Stop the run, remember how it ended, unlock: exactly once. From the stream's
@@ -239,24 +253,26 @@ def create_app(
                 endpoint=endpoint,
                 session_id=session_id,
                 seconds=round(time.perf_counter() - start, 4),
+                events=events,
+                writes=writes,
             )
 
         async def gen() -> AsyncIterator[ServerSentEvent | bytes]:
-            nonlocal outcome
-            first = True
+            nonlocal outcome, events, writes
             with structlog.contextvars.bound_contextvars(session_id=session_id):
                 try:
                     async for batch in batches:
                         for ev in batch:
                             if isinstance(ev, HitlRequest | TextFinal):
                                 outcome = ev
-                        if first:
+                        if not writes:
                             metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
-                            first = False
+                        events, writes = events + len(batch), writes + 1
                         # One write per batch; every event keeps its own SSE frame.
                         yield b"".join(
                             ServerSentEvent(event=ev.EVENT, data=ev.sse_data()).encode() for ev in batch
                         )
+                    events, writes = events + 1, writes + 1
                     yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
                 finally:
                     await finish()
@@ -310,7 +326,8 @@ def create_app(
             if lock.question_may_be_pending:
                 await close_stale_question(r, sid)
 
-        # The lock is taken in the run's own task, which goes straight on into the graph.
+        # The lock is taken while the graph prepares; the graph reads the session only
+        # once it is held (Run, locked_read.py).
         run = Run(
             r.graph,
             new_turn_input(body.message, body.ac_context),
@@ -318,6 +335,7 @@ def create_app(
             r.settings.RUN_TIMEOUT_SECONDS,
             gate=lambda: acquire(r, sid),
             prelude=close_if_pending,
+            flush_interval=r.settings.SSE_FLUSH_INTERVAL_MS / 1000,
         )
         try:
             lock: SessionLock = await run.gate
@@ -367,7 +385,8 @@ def create_app(
         command: Command[Any] = Command(resume=body.response, update=update)
         cfg = _config(body.session_id)
 
-        batches = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS).batches()
+        flush = r.settings.SSE_FLUSH_INTERVAL_MS / 1000
+        batches = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, flush_interval=flush).batches()
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:
             collected: list[SSEEvent] = []
@@ -391,7 +410,7 @@ def create_app(
         """Forget the session's conversation and any pending question (`!reset`)."""
         r = rt(request)
         structlog.contextvars.bind_contextvars(session_id=body.session_id)
-        lock = await acquire(r, body.session_id)
+        lock = await acquire(r, body.session_id, read_checkpoint=False)
         try:
             await r.checkpointer.adelete_thread(body.session_id)
         finally:

@@ -1,6 +1,6 @@
 """Run the workflow and turn LangGraph's stream into the SSE contract.
 
-The run happens in its own asyncio Task feeding a queue. When the consumer goes
+The run happens in its own asyncio Task feeding an Outbox (outbox.py). When the consumer goes
 away (client disconnect), the task is cancelled and awaited, which also cancels
 the upstream LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,10 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, Interrupt, StreamMode
 
-from vagent_graph import metrics
+from vagent_graph import locked_read, metrics
+from vagent_graph.locked_read import Prefetched
+from vagent_graph.outbox import Outbox
+from vagent_graph.session_lock import SessionLock
 from vagent_shared.events import (
     ErrorEvent,
     HitlRequest,
@@ -48,6 +52,8 @@ def durability_for(graph_input: Any) -> Durability:
 
 
 _END = object()
+Gate = Callable[[], Awaitable[SessionLock]]
+Prelude = Callable[[SessionLock], Awaitable[None]]
 
 
 @dataclass
@@ -151,13 +157,16 @@ def error_event_for(exc: BaseException) -> ErrorEvent:
 
 
 class Run:
-    """One graph run in its own task, feeding a queue that `batches()` reads.
+    """One graph run in its own task, feeding an Outbox that `batches()` reads.
 
-    `gate` (the session lock) runs first, in the same task, and the caller awaits its
-    result (`await run.gate`) to decide between a stream and a refusal; the graph starts
-    right after it, without waiting for the HTTP response to be set up. `prelude` runs
-    between the two (closing a stale question); its failure ends the run with an `error`
-    event like any other. `close()` (idempotent) cancels a run nobody reads.
+    `gate` (taking the session lock) runs in a task of its own, and the caller awaits its
+    result (`await run.gate`) to decide between a stream and a refusal. The graph does not
+    wait for it to start: it prepares its run meanwhile, and only its checkpointer waits
+    (locked_read.hold_reads) until the gate is open and `prelude` (closing a stale
+    question) is done, then reads what the lock fetched with it. A failed prelude ends the
+    run with an `error` event like any other failure. `close()` (idempotent) cancels a run
+    nobody reads. `flush_interval` (seconds) lets text chunks after the first wait that
+    long for the next write (outbox.py).
     """
 
     def __init__(
@@ -167,15 +176,46 @@ class Run:
         config: RunnableConfig,
         run_timeout: float,
         *,
-        gate: Callable[[], Awaitable[Any]] | None = None,
-        prelude: Callable[[Any], Awaitable[None]] | None = None,
+        gate: Gate | None = None,
+        prelude: Prelude | None = None,
+        flush_interval: float = 0.0,
     ) -> None:
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._outbox = Outbox(flush_interval)
         self._mapper = EventMapper()
         self._closed = False
-        self.gate: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        produce = self._produce(graph, graph_input, config, run_timeout, gate, prelude)
-        self._task = asyncio.create_task(produce, name="graph-run")
+        self._counted = False  # in ACTIVE_RUNS
+        self._lock: SessionLock | None = None
+        self.gate: asyncio.Future[SessionLock] = asyncio.get_running_loop().create_future()
+        # The gate's task first, so the lock request leaves before the graph's set-up runs;
+        # the graph's task reads the session only once the gate is open.
+        self._opening = (
+            None if gate is None else asyncio.create_task(self._open(gate, prelude), name="graph-gate")
+        )
+        context = contextvars.copy_context()
+        if self._opening is not None:
+            context.run(locked_read.hold_reads, self._opening)
+        produce = self._produce(graph, graph_input, config, run_timeout)
+        self._task = asyncio.create_task(produce, name="graph-run", context=context)
+
+    async def _open(self, gate: Gate, prelude: Prelude | None) -> Prefetched | None:
+        """Take the lock, tell the caller, close a stale question: what the run's
+        checkpointer waits for. Returns the read that came with the lock."""
+        try:
+            lock = await gate()
+        except asyncio.CancelledError:
+            self.gate.cancel()
+            raise
+        except Exception as exc:
+            self.gate.set_exception(exc)
+            raise
+        # The caller hears of it one loop turn later, so the graph's task (woken when this
+        # one ends) goes on first: the response is set up while the LLM is being asked.
+        self._lock = lock
+        asyncio.get_running_loop().call_soon(self._open_gate)
+        self._count()  # a refused or cancelled gate is not a run
+        if prelude is not None:
+            await prelude(lock)  # reads (and so uses up) the prefetched checkpoint if it needs it
+        return lock.checkpoint
 
     async def _produce(
         self,
@@ -183,53 +223,47 @@ class Run:
         graph_input: Any,
         config: RunnableConfig,
         run_timeout: float,
-        gate: Callable[[], Awaitable[Any]] | None,
-        prelude: Callable[[Any], Awaitable[None]] | None,
     ) -> None:
-        queue, mapper = self._queue, self._mapper
+        outbox, mapper, opening = self._outbox, self._mapper, self._opening
+        if opening is None:
+            self._count()
+        cancelled = False
         try:
-            try:
-                opened = await gate() if gate is not None else None
-            except asyncio.CancelledError:
-                self.gate.cancel()
-                raise
-            except Exception as exc:
-                self.gate.set_exception(exc)
-                return
-            self.gate.set_result(opened)
-            metrics.ACTIVE_RUNS.inc()  # a refused or cancelled gate is not a run
             async with asyncio.timeout(run_timeout):
-                if prelude is not None:
-                    await prelude(opened)
                 async for mode, payload in graph.astream(
                     graph_input, config, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
                 ):
                     events = mapper.map(mode, payload)
                     for ev in events:
-                        queue.put_nowait(ev)
+                        outbox.put(ev)
                     if events and mapper.chunk_index <= 1:
                         # Hand the first text to the client before reading the next chunk;
                         # after that, yielding per chunk only costs loop turns (bench-graph).
                         await asyncio.sleep(0)
         except asyncio.CancelledError:
+            cancelled = True
             raise
         except Exception as exc:
-            log.exception("run_failed", error_type=type(exc).__name__)
-            mapper.failed = True
-            queue.put_nowait(error_event_for(exc))
+            if self._counted:  # else the gate refused: the caller answers that; no stream
+                log.exception("run_failed", error_type=type(exc).__name__)
+                mapper.failed = True
+                outbox.put(error_event_for(exc))
         finally:
-            queue.put_nowait(_END)
+            if opening is not None and not opening.done():
+                if cancelled:
+                    opening.cancel()
+                with anyio.CancelScope(shield=True):
+                    await asyncio.gather(opening, return_exceptions=True)
+            outbox.put(_END)
 
     async def batches(self) -> AsyncGenerator[list[SSEEvent], None]:
         """Every event of the run, then the question or the final text (not `done`), in
-        batches: whatever was ready when the previous batch was taken, so a client that
-        falls behind gets one write per batch instead of one per event."""
+        batches of one write each: what the Outbox released, so a client that falls
+        behind also gets one write per batch instead of one per event."""
         try:
             done = False
             while not done:
-                items = [await self._queue.get()]
-                while not self._queue.empty():
-                    items.append(self._queue.get_nowait())
+                items = await self._outbox.take()
                 done = items[-1] is _END
                 batch: list[SSEEvent] = [i for i in items if i is not _END]
                 if done:
@@ -238,6 +272,14 @@ class Run:
                     yield batch
         finally:
             await self.close()
+
+    def _open_gate(self) -> None:
+        if not self.gate.done() and self._lock is not None:  # else closed meanwhile
+            self.gate.set_result(self._lock)
+
+    def _count(self) -> None:
+        self._counted = True
+        metrics.ACTIVE_RUNS.inc()
 
     @property
     def gate_opened(self) -> bool:
@@ -249,13 +291,19 @@ class Run:
         if self._closed:
             return
         self._closed = True
-        if self.gate_opened:
-            metrics.ACTIVE_RUNS.dec()
-        if not self._task.done():
+        pending = [t for t in (self._task, self._opening) if t is not None and not t.done()]
+        if pending:
             log.info("run_cancelled", reason="client went away")
-            self._task.cancel()
+            for t in pending:
+                t.cancel()
             with anyio.CancelScope(shield=True):
-                await asyncio.gather(self._task, return_exceptions=True)
+                await asyncio.gather(*pending, return_exceptions=True)
+        self._open_gate()  # a lock taken just now is the caller's to release
+        if not self.gate.done():  # refused, or cancelled before the lock was taken
+            self.gate.cancel()
+        self._outbox.close()
+        if self._counted:  # after the task: its gate may have opened meanwhile
+            metrics.ACTIVE_RUNS.dec()
 
 
 async def stream_run(

@@ -20,6 +20,11 @@ from vagent_graph.session_lock import SessionLock
 from vagent_shared import redis_keys
 
 
+def checkpoint_key(saver: AsyncShallowRedisSaver, thread_id: str) -> str:
+    """Where the shallow checkpointer keeps the thread's (only) checkpoint."""
+    return saver._make_shallow_redis_checkpoint_key_cached(thread_id, "")
+
+
 def write_keys_zset(thread_id: str, checkpoint_ns: str = "") -> str:
     return f"write_keys_zset:{thread_id}:{to_storage_safe_str(checkpoint_ns)}:shallow"
 
@@ -73,7 +78,7 @@ async def end_of_run(
     Returns how many write keys went."""
     thread_id = lock.session_id
     keys = [
-        saver._make_shallow_redis_checkpoint_key_cached(thread_id, ""),
+        checkpoint_key(saver, thread_id),
         write_keys_zset(thread_id),
         redis_keys.graph_question_pending(thread_id),
         redis_keys.session_lock(thread_id),

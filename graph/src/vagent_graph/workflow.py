@@ -170,14 +170,14 @@ class Workflow:
         metrics.TOOL_CALLS.labels(name, "confirmed" if question else "allowed").inc()
         return reply(result), False
 
-    # ---- edges -------------------------------------------------------------------------
+    # ---- edges (async: LangGraph runs a plain function in a worker thread) ---------------
     @staticmethod
-    def after_agent(state: AgentState) -> str:
+    async def after_agent(state: AgentState) -> str:
         last = state["messages"][-1] if state.get("messages") else None
         return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
     @staticmethod
-    def after_tools(state: AgentState) -> str:
+    async def after_tools(state: AgentState) -> str:
         if state.get("stopped"):
             return END
         return "tools" if pending_calls(state.get("messages", [])) else "agent"

@@ -38,6 +38,8 @@ class GraphSettings(CommonSettings):
     CHECKPOINT_TTL_MINUTES: int = Field(default=1440, ge=1)
     LLM_TIMEOUT_SECONDS: float = Field(default=120.0, gt=0)
     RUN_TIMEOUT_SECONDS: float = Field(default=600.0, gt=0)
+    #: Text chunks after the first wait up to this long to share one SSE write (0: none wait).
+    SSE_FLUSH_INTERVAL_MS: int = Field(default=50, ge=0, le=1000)
 
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""
