@@ -24,12 +24,15 @@ import argparse
 import asyncio
 import contextlib
 import math
+import multiprocessing
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +83,8 @@ RATIO_TARGET = 1.3
 #: Requests per worker in one block of a concurrent phase: the first and the last of each
 #: worker's are not counted (run_phase), so a block counts about (BLOCK_ROUNDS - 2) each.
 BLOCK_ROUNDS = 6
+#: Requests in one block of a sequential phase: back to back, as "sequentially" means.
+SEQUENTIAL_BLOCK = 10
 REDIS_RATIO_TARGET = 2.0
 FIRST_CHECKPOINT = 10
 DEFAULTS: dict[str, int] = {"requests": 200, "concurrency": 20, "turns": 200, "warmup": 10}
@@ -268,11 +273,83 @@ async def run_phase(mode: str, request: Callable[[], Awaitable[Sample]], n: int,
     return Phase(mode, concurrency, counted, wall, executed=len(runs))
 
 
-async def warm_up(request: Callable[[], Awaitable[Sample]], n: int, concurrency: int) -> None:
+#: Runs `n` requests of one mode at a concurrency: one block of run_interleaved.
+Block = Callable[[int, int], Awaitable[Phase]]
+
+
+async def warm_up(block: Block, n: int, concurrency: int) -> None:
     """Unmeasured: imports, caches and (for `concurrency` > 1) pooled connections."""
-    await run_phase("warmup", request, n, 1)
+    await block(n, 1)
     if concurrency > 1:
-        await run_phase("warmup", request, concurrency, concurrency)
+        await block(concurrency, concurrency)
+
+
+# ------------------------------------------------------------- the bot's client, apart
+
+
+def _serve_client(conn: Connection) -> None:
+    """Child process: the bot's GraphClient, running the blocks of SERVICE requests the
+    parent asks for, until it says stop or goes away. Its own process, as the bot is in
+    production: in the bench process, the bare graph's objects made every garbage
+    collection during the client's reads slower (+1 ms to the first event, measured)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
+    loop = asyncio.new_event_loop()
+    client: GraphClient | None = None
+    try:
+        url, token = conn.recv()
+        client = GraphClient(url, token)
+
+        async def request() -> Sample:
+            assert client is not None
+            return await service_request(client)
+
+        while (job := conn.recv()) is not None:
+            n, concurrency = job
+            try:
+                conn.send(loop.run_until_complete(run_phase("service", request, n, concurrency)))
+            except Exception as exc:  # the parent raises it
+                conn.send(BenchError(f"{type(exc).__name__}: {exc}"))
+    except (EOFError, OSError):
+        pass
+    finally:
+        if client is not None:
+            loop.run_until_complete(client.aclose())
+        loop.close()
+
+
+class ClientProcess:
+    """The SERVICE mode's requests, made by `_serve_client` in a process of its own.
+    Start it (it forks) before any thread exists; `connect` once the service is up."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("fork")  # no threads exist yet; spawn would re-import all
+        self._conn, child = ctx.Pipe()
+        sys.stdout.flush()
+        self._proc = ctx.Process(target=_serve_client, args=(child,), name="bench-client", daemon=True)
+        self._proc.start()
+        child.close()
+
+    def connect(self, url: str, token: str) -> None:
+        self._conn.send((url, token))
+
+    async def block(self, n: int, concurrency: int) -> Phase:
+        self._conn.send((n, concurrency))
+        try:
+            result = await asyncio.to_thread(self._conn.recv)
+        except EOFError:
+            raise BenchError(f"the client process exited (code {self._proc.exitcode})") from None
+        if isinstance(result, Exception):
+            raise result
+        return result  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self._conn.close()
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(5)
 
 
 # ------------------------------------------------------------------------ Redis memory
@@ -458,35 +535,32 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
 
 
-async def latency_benchmark(cfg: Config, settings: GraphSettings, service: GraphProcess) -> list[Phase]:
+async def latency_benchmark(cfg: Config, settings: GraphSettings, client: ClientProcess) -> list[Phase]:
     """Bare and service, sequential then concurrent, interleaved so drift hits both."""
     phases: list[Phase] = []
-    client = GraphClient(service.url, TOKEN)
-    async with service_like_graph(settings) as graph, contextlib.aclosing(client):
+    async with service_like_graph(settings) as graph:
 
         async def bare() -> Sample:
             return await bare_request(graph)
 
-        async def svc() -> Sample:
-            return await service_request(client)
+        async def bare_block(n: int, concurrency: int) -> Phase:
+            return await run_phase("bare", bare, n, concurrency)
 
         print(f"   warm-up: {cfg.warmup} sequential + {cfg.concurrency} concurrent per mode...", flush=True)
-        await warm_up(bare, cfg.warmup, cfg.concurrency)
-        await warm_up(svc, cfg.warmup, cfg.concurrency)
+        await warm_up(bare_block, cfg.warmup, cfg.concurrency)
+        await warm_up(client.block, cfg.warmup, cfg.concurrency)
         for conc in sorted({1, cfg.concurrency}):
             print(f"   measuring bare and service at concurrency {conc} ({cfg.requests} requests each)...")
-            phases += await run_interleaved({"bare": bare, "service": svc}, cfg.requests, conc)
+            phases += await run_interleaved({"bare": bare_block, "service": client.block}, cfg.requests, conc)
     return phases
 
 
-async def run_interleaved(
-    modes: dict[str, Callable[[], Awaitable[Sample]]], n: int, concurrency: int
-) -> list[Phase]:
+async def run_interleaved(modes: dict[str, Block], n: int, concurrency: int) -> list[Phase]:
     """At least `n` counted requests per mode, in alternating blocks (one request at
     concurrency 1, `BLOCK_ROUNDS * concurrency` otherwise), the order of the modes
     flipping every round, so a drift of the machine during the run (other load, CPU
     frequency) hits every mode alike. run_phase says which requests of a block count."""
-    block = 1 if concurrency == 1 else BLOCK_ROUNDS * concurrency
+    block = SEQUENTIAL_BLOCK if concurrency == 1 else BLOCK_ROUNDS * concurrency
     samples: dict[str, list[Sample]] = {m: [] for m in modes}
     walls: dict[str, float] = dict.fromkeys(modes, 0.0)
     executed: dict[str, int] = dict.fromkeys(modes, 0)
@@ -494,7 +568,7 @@ async def run_interleaved(
     while any(len(samples[m]) < n for m in modes):
         for mode in order:
             if len(samples[mode]) < n:
-                phase = await run_phase(mode, modes[mode], block, concurrency)
+                phase = await modes[mode](block, concurrency)
                 samples[mode] += phase.samples
                 walls[mode] += phase.wall
                 executed[mode] += phase.executed
@@ -510,12 +584,12 @@ def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
 
 
 async def measure_all(
-    cfg: Config, settings: GraphSettings, mem_service: GraphProcess, mem_redis_url: str, service: GraphProcess
+    cfg: Config, settings: GraphSettings, mem_service: GraphProcess, mem_redis_url: str, client: ClientProcess
 ) -> tuple[list[Phase], list[dict[str, Any]], list[MemoryPoint]]:
     """Both parts in ONE event loop: langchain_openai caches its httpx client per process, and
     a pooled connection must not outlive the loop that opened it."""
     cancel_on_sigint()
-    phases = await latency_benchmark(cfg, settings, service)
+    phases = await latency_benchmark(cfg, settings, client)
     ratios = print_latency(phases)
     print(f"\n   measuring the Redis footprint of one session over {cfg.turns} turns...", flush=True)
     points = await measure_memory(mem_service, mem_redis_url, cfg.turns, cfg.checkpoints)
@@ -532,6 +606,8 @@ def run(cfg: Config) -> dict[str, Any]:
         mem_redis = start_redis(stack, tmp / "redis-memory")  # dedicated: only the measured session
         llm_url, nodelay = stack.enter_context(llm_standin(cfg.llm_thread))
         _warn_nagle(nodelay)
+        client = ClientProcess()  # forks: before the services start their log threads
+        stack.callback(client.stop)
         service = GraphProcess(redis.url, tmp / "graph", llm_url, LOG_LEVEL=cfg.log_level)
         settings = settings_from_env(service.env)
         conf = {
@@ -555,10 +631,10 @@ def run(cfg: Config) -> dict[str, Any]:
         mem_service = GraphProcess(mem_redis.url, tmp / "graph-memory", llm_url, LOG_LEVEL=cfg.log_level)
         stack.callback(mem_service.stop)
         mem_service.start()
+        client.connect(service.url, TOKEN)
         try:
-            phases, ratios, points = asyncio.run(
-                measure_all(cfg, settings, mem_service, mem_redis.url, service)
-            )
+            measured = measure_all(cfg, settings, mem_service, mem_redis.url, client)
+            phases, ratios, points = asyncio.run(measured)
         except Exception:
             if not INTERRUPTED.is_set():
                 print_log_tail("service", service.logs(), 30)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import re
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,7 @@ import pytest
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
-from tests.support.sse import kinds, post_sse
-from vagent_shared import parse_sse_event
+from tests.support.sse import kinds, parse_sse_text, post_sse
 from vagent_shared.events import HitlRequest, TextChunk, TextFinal
 
 PM = "/api/v1/process_message"
@@ -27,7 +26,11 @@ def graph(
     redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GraphProcess]:
     with GraphProcess(
-        redis_url, tmp_path_factory.mktemp("graph-api"), _llm_session.base_url, MAX_MESSAGE_CHARS="500"
+        redis_url,
+        tmp_path_factory.mktemp("graph-api"),
+        _llm_session.base_url,
+        MAX_MESSAGE_CHARS="500",
+        SSE_KEEPALIVE_SECONDS="0.3",
     ) as g:
         yield g
 
@@ -88,6 +91,62 @@ async def test_sse_conversation_streams_chunks_then_final_then_done(
     mine = [ln for ln in logs if ln.get("request_id") in ids]
     assert len(mine) >= 2 and all(ln["session_id"] == sid.format() for ln in mine)
     assert not any("What is the answer" in str(ln) for ln in logs if ln["level"] != "debug")
+
+
+def stream_closed(graph: GraphProcess, sid: str) -> dict[str, Any]:
+    """The service's one log line about how a stream of that session went."""
+    import json
+
+    line: dict[str, Any]
+    [line] = [
+        ln
+        for ln in map(json.loads, filter(lambda x: x.startswith("{"), graph.logs().splitlines()))
+        if ln.get("event") == "stream_closed" and ln.get("session_id") == sid
+    ]
+    return line
+
+
+async def test_a_fast_answer_goes_out_in_a_few_writes_each_event_in_its_own_frame(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    text = " ".join(f"w{i}" for i in range(40))
+    llm_server.push_text(text, chunks=40)  # all at once: the chunks wait for the final answer
+    sid = new_session()
+    events = await post_sse(client, PM, message_body(sid, "Say it all"), graph.headers)
+    n = len(events) - 2
+    assert n >= 30 and kinds(events) == ["text_chunk"] * n + ["text_final", "done"]
+    assert "".join(e.content for e in events if isinstance(e, TextChunk)) == text
+    closed = stream_closed(graph, sid.format())
+    assert closed["events"] == len(events)
+    assert closed["writes"] < 10  # not one per event (SSE_FLUSH_INTERVAL_MS)
+
+
+async def test_a_slow_answer_is_streamed_as_the_model_writes_it(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    llm_server.push_text("one two three four", chunks=4, delay=0.4)
+    arrivals: list[tuple[str, float]] = []
+    loop = asyncio.get_running_loop()
+    body = message_body(new_session(), "slowly")
+    async with client.stream("POST", PM, json=body, headers=graph.headers) as r:
+        async for line in r.aiter_lines():
+            if line.startswith('data: {"content"') and "chunk_index" in line:
+                arrivals.append((line, loop.time()))
+    assert len(arrivals) == 4
+    # each piece arrived on its own, long before the next one was even written by the model
+    gaps = [b[1] - a[1] for a, b in itertools.pairwise(arrivals)]
+    assert all(g > 0.2 for g in gaps), gaps
+
+
+async def test_a_silent_stream_gets_keep_alive_comments(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    llm_server.push_text("Finally.", chunks=1, delay=1.0)  # the model thinks for a second
+    r = await client.post(PM, json=message_body(new_session(), "think"), headers=graph.headers)
+    assert r.status_code == 200
+    before_answer = r.text.split("event: text_chunk")[0]
+    assert ": keep-alive" in before_answer  # SSE_KEEPALIVE_SECONDS=0.3 in this module
+    assert kinds(parse_sse_text(r.text)) == ["text_chunk", "text_final", "done"]
 
 
 async def test_progress_is_sent_while_a_tool_runs(
@@ -204,11 +263,7 @@ async def test_client_disconnect_cancels_the_run_and_the_llm_request(
             break
         await asyncio.sleep(0.05)
     assert r.status_code == 200
-    events = [
-        parse_sse_event(m.group(1), m.group(2))
-        for m in re.finditer(r"event: (\w+)\r?\ndata: (.*)\r?\n", r.text)
-    ]
-    assert events[-2] == TextFinal(content="Next answer.", is_final=True)
+    assert parse_sse_text(r.text)[-2] == TextFinal(content="Next answer.", is_final=True)
 
 
 async def test_reset_forgets_the_conversation(
@@ -408,3 +463,66 @@ async def test_streamed_oversized_body_is_413(client: httpx.AsyncClient, graph: 
 
     r = await client.post(PM, content=chunks(), headers={**graph.headers, "content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error_code"] == "request_too_large"
+
+
+async def checkpoint_commands(redis_url: str, key: str, work: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """Run `work` (a coroutine) under Redis MONITOR: its result, and (client type, command)
+    of every command naming the checkpoint `key`, in order ("lua": inside a script)."""
+    import uuid
+
+    from redis.asyncio import Redis
+
+    redis, spy = Redis.from_url(redis_url), Redis.from_url(redis_url)
+    seen: list[dict[str, Any]] = []
+    sentinel = f"sentinel-{uuid.uuid4().hex}"
+    try:
+        async with spy.monitor() as monitor:
+
+            async def listen() -> None:
+                async for info in monitor.listen():
+                    seen.append(info)
+                    if sentinel in info["command"]:
+                        return
+
+            listening = asyncio.create_task(listen())
+            await asyncio.sleep(0.1)
+            result = await work
+            await redis.echo(sentinel)
+            await asyncio.wait_for(listening, timeout=10)
+    finally:
+        await redis.aclose()
+        await spy.aclose()
+    named = [i for i in seen if f"{key} " in i["command"] + " "]
+    return result, [(i["client_type"], i["command"].split(" ")[0].upper()) for i in named]
+
+
+async def test_a_turn_locks_and_loads_its_session_in_one_round_trip(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, redis_url: str
+) -> None:
+    """The checkpoint of an existing conversation comes with the session lock (one script);
+    the checkpointer neither reads it nor refreshes its TTL on its own."""
+    sid = new_session()
+    key = f"checkpoint:{sid.format()}:"
+    llm_server.push_text("First answer.")
+    await post_sse(client, PM, message_body(sid, "one"), graph.headers)
+    llm_server.push_text("Second answer.")
+    turn = post_sse(client, PM, message_body(sid, "two"), graph.headers)
+    events, commands = await checkpoint_commands(redis_url, key, turn)
+    assert events[-2] == TextFinal(content="Second answer.", is_final=True)
+    assert ("lua", "JSON.GET") in commands  # read inside the lock script
+    assert [c for c in commands if c[0] != "lua" and c[1] == "JSON.GET"] == []
+    written = commands.index(("tcp", "JSON.SET"))
+    assert ("tcp", "EXPIRE") not in commands[:written]  # no separate TTL refresh before the write
+
+    # an answer to a question: the check for the pending question is served the same way,
+    # so only the resumed run reads the checkpoint itself (once, not twice)
+    llm_server.push_tool_calls([("ask_user", {"question": "Color?"})])
+    asked = await post_sse(client, PM, message_body(sid, "pick a color"), graph.headers)
+    question = asked[-2]
+    assert isinstance(question, HitlRequest)
+    llm_server.push_text("Red it is.")
+    fb = {"session_id": sid.format(), "response": "red", "interrupt_id": question.interrupt_id}
+    events, commands = await checkpoint_commands(redis_url, key, post_sse(client, FB, fb, graph.headers))
+    assert events[-2] == TextFinal(content="Red it is.", is_final=True)
+    assert ("lua", "JSON.GET") in commands
+    assert len([c for c in commands if c[0] != "lua" and c[1] == "JSON.GET"]) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -24,3 +25,11 @@ async def post_sse(
 
 def kinds(events: list[SSEEvent]) -> list[str]:
     return [e.EVENT for e in events]
+
+
+def parse_sse_text(text: str) -> list[SSEEvent]:
+    """The events of a whole SSE body read as text (comments skipped)."""
+    return [
+        parse_sse_event(m.group(1), m.group(2))
+        for m in re.finditer(r"event: (\w+)\r?\ndata: (.*)\r?\n", text)
+    ]

@@ -102,3 +102,15 @@ async def test_close_drops_the_pending_timer() -> None:
     box.close()
     await asyncio.sleep(0.05)
     assert await take_now(box) is None  # the timer never fired
+
+
+async def test_nothing_to_say_for_a_while_is_an_empty_take_for_a_keep_alive() -> None:
+    box = Outbox(interval=0.05, keepalive=0.02)
+    assert await asyncio.wait_for(box.take(), timeout=5) == []
+    box.put(chunk(0))  # an event before the keep-alive is due: no empty take
+    assert await asyncio.wait_for(box.take(), timeout=5) == [chunk(0)]
+
+
+async def test_without_keepalive_a_take_waits_for_something() -> None:
+    box = Outbox(interval=0)
+    assert await take_now(box) is None

@@ -30,11 +30,14 @@ def write_now(item: Any, *, text_sent: bool, now: float, next_write: float) -> b
 
 class Outbox:
     """The queue between a run (`put`, never blocks) and its stream (`take`, one write's
-    worth). `interval` 0 releases every item as soon as it is put."""
+    worth). `interval` 0 releases every item as soon as it is put. After `keepalive`
+    seconds without a write, `take` returns nothing: time for a keep-alive comment, so
+    proxies keep a stream open while a tool or a slow model takes its time."""
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, keepalive: float | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._interval = interval
+        self._keepalive = keepalive
         self._items: list[Any] = []
         self._ready = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
@@ -59,8 +62,15 @@ class Outbox:
         self._ready.set()
 
     async def take(self) -> list[Any]:
-        """Everything put since the previous take, once a write is due."""
-        await self._ready.wait()
+        """Everything put since the previous take, once a write is due ([]: keep-alive)."""
+        if self._keepalive is not None and not self._ready.is_set():
+            ping = self._loop.call_later(self._keepalive, self._ready.set)
+            try:
+                await self._ready.wait()
+            finally:
+                ping.cancel()
+        else:
+            await self._ready.wait()
         self._ready.clear()
         items, self._items = self._items, []
         self._next_write = self._loop.time() + self._interval

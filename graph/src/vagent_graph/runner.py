@@ -166,7 +166,8 @@ class Run:
     question) is done, then reads what the lock fetched with it. A failed prelude ends the
     run with an `error` event like any other failure. `close()` (idempotent) cancels a run
     nobody reads. `flush_interval` (seconds) lets text chunks after the first wait that
-    long for the next write (outbox.py).
+    long for the next write; after `keepalive` seconds without one, `batches()` yields an
+    empty batch (outbox.py).
     """
 
     def __init__(
@@ -179,8 +180,9 @@ class Run:
         gate: Gate | None = None,
         prelude: Prelude | None = None,
         flush_interval: float = 0.0,
+        keepalive: float | None = None,
     ) -> None:
-        self._outbox = Outbox(flush_interval)
+        self._outbox = Outbox(flush_interval, keepalive)
         self._mapper = EventMapper()
         self._closed = False
         self._counted = False  # in ACTIVE_RUNS
@@ -259,16 +261,17 @@ class Run:
     async def batches(self) -> AsyncGenerator[list[SSEEvent], None]:
         """Every event of the run, then the question or the final text (not `done`), in
         batches of one write each: what the Outbox released, so a client that falls
-        behind also gets one write per batch instead of one per event."""
+        behind also gets one write per batch instead of one per event. An empty batch:
+        nothing for `keepalive` seconds."""
         try:
             done = False
             while not done:
                 items = await self._outbox.take()
-                done = items[-1] is _END
+                done = bool(items) and items[-1] is _END
                 batch: list[SSEEvent] = [i for i in items if i is not _END]
                 if done:
                     batch += self._mapper.closing()
-                if batch:
+                if batch or not items:
                     yield batch
         finally:
             await self.close()

@@ -40,6 +40,8 @@ class GraphSettings(CommonSettings):
     RUN_TIMEOUT_SECONDS: float = Field(default=600.0, gt=0)
     #: Text chunks after the first wait up to this long to share one SSE write (0: none wait).
     SSE_FLUSH_INTERVAL_MS: int = Field(default=50, ge=0, le=1000)
+    #: A stream silent this long gets a keep-alive comment (proxies close idle connections).
+    SSE_KEEPALIVE_SECONDS: float = Field(default=15.0, gt=0)
 
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""
