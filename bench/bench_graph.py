@@ -83,8 +83,6 @@ RATIO_TARGET = 1.3
 #: Requests per worker in one block of a concurrent phase: the first and the last of each
 #: worker's are not counted (run_phase), so a block counts about (BLOCK_ROUNDS - 2) each.
 BLOCK_ROUNDS = 6
-#: Requests in one block of a sequential phase: back to back, as "sequentially" means.
-SEQUENTIAL_BLOCK = 10
 REDIS_RATIO_TARGET = 2.0
 FIRST_CHECKPOINT = 10
 DEFAULTS: dict[str, int] = {"requests": 200, "concurrency": 20, "turns": 200, "warmup": 10}
@@ -560,7 +558,7 @@ async def run_interleaved(modes: dict[str, Block], n: int, concurrency: int) -> 
     concurrency 1, `BLOCK_ROUNDS * concurrency` otherwise), the order of the modes
     flipping every round, so a drift of the machine during the run (other load, CPU
     frequency) hits every mode alike. run_phase says which requests of a block count."""
-    block = SEQUENTIAL_BLOCK if concurrency == 1 else BLOCK_ROUNDS * concurrency
+    block = 1 if concurrency == 1 else BLOCK_ROUNDS * concurrency
     samples: dict[str, list[Sample]] = {m: [] for m in modes}
     walls: dict[str, float] = dict.fromkeys(modes, 0.0)
     executed: dict[str, int] = dict.fromkeys(modes, 0)
