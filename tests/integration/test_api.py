@@ -241,6 +241,30 @@ async def test_one_run_per_session_at_a_time(
     assert kinds(await first)[-1] == "done"
 
 
+async def test_many_messages_at_once_for_one_session_run_exactly_one(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    """Ten messages of one session sent together: one is answered, nine get 409; the refused
+    ones leave nothing behind (no lock, no run counted as active, no LLM call)."""
+    sid = new_session()
+    llm_server.push_text("Only once.", delay=0.05)
+    bodies = [message_body(sid, f"message {i}") for i in range(10)]
+    answers = await asyncio.gather(*(client.post(PM, json=b, headers=graph.headers) for b in bodies))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [200] + [409] * 9, codes
+    assert all(r.json()["error_code"] == "session_busy" for r in answers if r.status_code == 409)
+    [ok] = [r for r in answers if r.status_code == 200]
+    assert parse_sse_text(ok.text)[-2] == TextFinal(content="Only once.", is_final=True)
+    assert len(llm_server.requests) == 1
+    health = (await client.get("/health")).json()
+    assert health["active_sessions"] == 0
+    mine = [ln for ln in graph.logs().splitlines() if sid.format() in ln]
+    assert not [ln for ln in mine if '"level": "error"' in ln or "Traceback" in ln]  # refusals are quiet
+    llm_server.push_text("Free again.")  # and the session is not left locked
+    again = await client.post(PM, json=message_body(sid, "next"), headers=graph.headers)
+    assert parse_sse_text(again.text)[-2] == TextFinal(content="Free again.", is_final=True)
+
+
 async def test_client_disconnect_cancels_the_run_and_the_llm_request(
     client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
 ) -> None:
