@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk
-from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, split_text
+from tests.support.sample_tools import add, get_weather
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +46,6 @@ def _chat(server: ScriptedLLMServer, streaming: bool = True) -> ChatOpenAI:
         stream_usage=True,
         max_retries=0,
     )
-
-
-@tool
-def get_weather(city: str, unit: str = "celsius") -> str:
-    """Look up the weather for a city."""
-    return f"sunny in {city}"
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def test_split_text_keeps_every_character() -> None:

@@ -59,8 +59,7 @@ class AcpProcess(ServiceProcess):
 
     def audit(self) -> list[dict[str, Any]]:
         """The provider's JSON audit lines (`acp_decision`)."""
-        lines = [json.loads(ln) for ln in self.logs().splitlines() if ln.startswith("{")]
-        return [ln for ln in lines if ln.get("event") == "acp_decision"]
+        return [ln for ln in self.log_records() if ln.get("event") == "acp_decision"]
 
 
 def demo_policy_with_dave() -> dict[str, Any]:

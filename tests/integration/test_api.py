@@ -83,9 +83,7 @@ async def test_sse_conversation_streams_chunks_then_final_then_done(
     assert kinds(events)[-2:] == ["text_final", "done"]
     assert events[-2] == TextFinal(content=text, is_final=True)
     # every log line of that request carries the session id
-    import json
-
-    logs = [json.loads(ln) for ln in graph.logs().splitlines() if ln.startswith("{")]
+    logs = graph.log_records()
     ids = {ln["request_id"] for ln in logs if ln.get("session_id") == sid.format()}
     assert len(ids) == 1
     mine = [ln for ln in logs if ln.get("request_id") in ids]
@@ -95,13 +93,8 @@ async def test_sse_conversation_streams_chunks_then_final_then_done(
 
 def stream_closed(graph: GraphProcess, sid: str) -> dict[str, Any]:
     """The service's one log line about how a stream of that session went."""
-    import json
-
-    line: dict[str, Any]
     [line] = [
-        ln
-        for ln in map(json.loads, filter(lambda x: x.startswith("{"), graph.logs().splitlines()))
-        if ln.get("event") == "stream_closed" and ln.get("session_id") == sid
+        ln for ln in graph.log_records() if ln.get("event") == "stream_closed" and ln.get("session_id") == sid
     ]
     return line
 

@@ -22,12 +22,12 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from openai.resources.chat.completions import completions as sdk_completions
 from pydantic import SecretStr
 
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.sample_tools import add, get_weather
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.llm import make_chat_model
 from vagent_graph.openai_plain import PlainChatCompletions
@@ -35,18 +35,6 @@ from vagent_graph.runner import error_event_for
 from vagent_shared.settings import GraphSettings
 
 AGENT = AgentDescriptor(id="t", name="T", system_prompt="be brief", temperature=0.2)
-
-
-@tool
-def get_weather(city: str, unit: str = "celsius") -> str:
-    """Look up the weather for a city."""
-    return f"sunny in {city}"
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def _fast(server: ScriptedLLMServer) -> ChatOpenAI:

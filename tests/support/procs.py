@@ -86,6 +86,10 @@ class ServiceProcess:
     def logs(self) -> str:
         return read_log(self.log_path)
 
+    def log_records(self) -> list[dict[str, Any]]:
+        """The service's JSON log lines, parsed (anything else it printed is skipped)."""
+        return [json.loads(ln) for ln in self.logs().splitlines() if ln.startswith("{")]
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
