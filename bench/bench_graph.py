@@ -24,8 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import math
-import multiprocessing
-import signal
 import sys
 import tempfile
 import time
@@ -54,6 +52,7 @@ from bench.common import (  # noqa: E402
     BenchError,
     cancel_on_sigint,
     default_results_path,
+    fork_child,
     llm_standin,
     machine_info,
     make_results,
@@ -61,6 +60,7 @@ from bench.common import (  # noqa: E402
     print_machine,
     resolve_counts,
     run_main,
+    stop_child,
     summary,
     verdict,
 )
@@ -290,7 +290,6 @@ def _serve_client(conn: Connection) -> None:
     parent asks for, until it says stop or goes away. Its own process, as the bot is in
     production: in the bench process, the bare graph's objects made every garbage
     collection during the client's reads slower (+1 ms to the first event, measured)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
     loop = asyncio.new_event_loop()
     client: GraphClient | None = None
     try:
@@ -320,12 +319,7 @@ class ClientProcess:
     Start it (it forks) before any thread exists; `connect` once the service is up."""
 
     def __init__(self) -> None:
-        ctx = multiprocessing.get_context("fork")  # no threads exist yet; spawn would re-import all
-        self._conn, child = ctx.Pipe()
-        sys.stdout.flush()
-        self._proc = ctx.Process(target=_serve_client, args=(child,), name="bench-client", daemon=True)
-        self._proc.start()
-        child.close()
+        self._conn, self._proc = fork_child(_serve_client, "bench-client")
 
     def connect(self, url: str, token: str) -> None:
         self._conn.send((url, token))
@@ -341,13 +335,7 @@ class ClientProcess:
         return result  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        with contextlib.suppress(OSError):
-            self._conn.send(None)
-        self._conn.close()
-        self._proc.join(10)
-        if self._proc.is_alive():
-            self._proc.terminate()
-            self._proc.join(5)
+        stop_child(self._conn, self._proc, None, 10)
 
 
 # ------------------------------------------------------------------------ Redis memory

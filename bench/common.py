@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -103,9 +104,36 @@ def disable_nagle(server: ScriptedLLMServer) -> bool:
     return done
 
 
+def _child_main(target: Callable[[Connection], None], conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
+    target(conn)
+
+
+def fork_child(target: Callable[[Connection], None], name: str) -> tuple[Connection, BaseProcess]:
+    """Start `target(conn)` in a forked child (enter before any thread exists: spawn would
+    re-import everything); the parent talks to it through the returned end of a pipe."""
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    sys.stdout.flush()
+    proc = ctx.Process(target=_child_main, args=(target, child), name=name, daemon=True)
+    proc.start()
+    child.close()
+    return parent, proc
+
+
+def stop_child(conn: Connection, proc: BaseProcess, goodbye: object, timeout: float) -> None:
+    """Say `goodbye`, then wait `timeout` seconds before terminating the child."""
+    with contextlib.suppress(OSError):
+        conn.send(goodbye)
+    conn.close()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+
+
 def _serve_llm(conn: Connection) -> None:
     """Child process: run the stand-in until the parent says stop or goes away (EOF)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent tears us down on Ctrl-C
     server = ScriptedLLMServer(keep_alive=True).start()
     try:
         server.set_default(answer_responder)
@@ -131,12 +159,7 @@ def llm_standin(in_thread: bool = False) -> Iterator[tuple[str, bool]]:
             server.set_default(answer_responder)
             yield server.base_url, disable_nagle(server)
         return
-    ctx = multiprocessing.get_context("fork")  # no threads exist yet; spawn would re-import all
-    parent, child = ctx.Pipe()
-    sys.stdout.flush()
-    proc = ctx.Process(target=_serve_llm, args=(child,), name="llm-standin", daemon=True)
-    proc.start()
-    child.close()
+    parent, proc = fork_child(_serve_llm, "llm-standin")
     try:
         try:
             if not parent.poll(15):
@@ -146,13 +169,7 @@ def llm_standin(in_thread: bool = False) -> Iterator[tuple[str, bool]]:
             raise BenchError(f"the LLM stand-in exited (code {proc.exitcode})") from None
         yield f"http://127.0.0.1:{int(port)}/v1", bool(nodelay)
     finally:
-        with contextlib.suppress(OSError):
-            parent.send("stop")
-        parent.close()
-        proc.join(5)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
+        stop_child(parent, proc, "stop", 5)
 
 
 # ------------------------------------------------------------------------------ report
