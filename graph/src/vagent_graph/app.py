@@ -30,9 +30,9 @@ from vagent_graph import locked_read, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
-from vagent_graph.locked_read import PrefetchingRedis
 from vagent_graph.middleware import RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
+from vagent_graph.outbox import Pacing
 from vagent_graph.runner import Run, durability_for
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import CachingRedisSerializer, checkpoint_key, end_of_run
@@ -105,7 +105,7 @@ async def open_runtime(
     try:
         saver = AsyncShallowRedisSaver(
             # Same pool; answers the read that came with the session lock (locked_read.py).
-            redis_client=PrefetchingRedis(connection_pool=redis.connection_pool),
+            redis_client=locked_read.PrefetchingRedis(connection_pool=redis.connection_pool),
             ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
         )
         saver.serde = CachingRedisSerializer()
@@ -155,6 +155,7 @@ def create_app(
     chat_model = llm or make_chat_model(settings, agent)
     label = chat_model.model_name if isinstance(chat_model, OfflineChatModel) else model_name(settings, agent)
     token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else ""
+    pacing = Pacing(settings.SSE_FLUSH_INTERVAL_MS / 1000, settings.SSE_KEEPALIVE_SECONDS)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -355,8 +356,7 @@ def create_app(
             r.settings.RUN_TIMEOUT_SECONDS,
             gate=lambda: acquire(r, sid),
             prelude=close_if_pending,
-            flush_interval=r.settings.SSE_FLUSH_INTERVAL_MS / 1000,
-            keepalive=r.settings.SSE_KEEPALIVE_SECONDS,
+            pacing=pacing,
         )
         try:
             lock: SessionLock = await run.gate
@@ -411,8 +411,7 @@ def create_app(
             command,
             cfg,
             r.settings.RUN_TIMEOUT_SECONDS,
-            flush_interval=r.settings.SSE_FLUSH_INTERVAL_MS / 1000,
-            keepalive=r.settings.SSE_KEEPALIVE_SECONDS,
+            pacing=pacing,
         ).batches()
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:

@@ -12,9 +12,19 @@ changes, never the events.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from vagent_shared.events import TextChunk
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How a stream's writes are paced (see Outbox): seconds a later text chunk may wait
+    for the next write, and seconds of silence before a keep-alive (None: never)."""
+
+    flush_interval: float = 0.0
+    keepalive: float | None = None
 
 
 def may_wait(item: Any, text_sent: bool) -> bool:

@@ -23,7 +23,7 @@ from langgraph.types import Command, Durability, Interrupt, StreamMode
 
 from vagent_graph import locked_read, metrics
 from vagent_graph.locked_read import Prefetched
-from vagent_graph.outbox import Outbox
+from vagent_graph.outbox import Outbox, Pacing
 from vagent_graph.session_lock import SessionLock
 from vagent_shared.events import (
     ErrorEvent,
@@ -165,9 +165,8 @@ class Run:
     (locked_read.hold_reads) until the gate is open and `prelude` (closing a stale
     question) is done, then reads what the lock fetched with it. A failed prelude ends the
     run with an `error` event like any other failure. `close()` (idempotent) cancels a run
-    nobody reads. `flush_interval` (seconds) lets text chunks after the first wait that
-    long for the next write; after `keepalive` seconds without one, `batches()` yields an
-    empty batch (outbox.py).
+    nobody reads. `pacing` lets text chunks after the first wait for the next write, and
+    makes `batches()` yield an empty batch after a silence (outbox.py).
     """
 
     def __init__(
@@ -179,10 +178,9 @@ class Run:
         *,
         gate: Gate | None = None,
         prelude: Prelude | None = None,
-        flush_interval: float = 0.0,
-        keepalive: float | None = None,
+        pacing: Pacing = Pacing(),
     ) -> None:
-        self._outbox = Outbox(flush_interval, keepalive)
+        self._outbox = Outbox(pacing.flush_interval, pacing.keepalive)
         self._mapper = EventMapper()
         self._closed = False
         self._counted = False  # in ACTIVE_RUNS
