@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from redis.asyncio import Redis
 
@@ -69,9 +68,9 @@ from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_graph.agent import load_descriptor  # noqa: E402
-from vagent_graph.app import open_runtime  # noqa: E402
+from vagent_graph.app import open_runtime, run_config  # noqa: E402
 from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
-from vagent_graph.runner import STREAM_MODES, durability_for  # noqa: E402
+from vagent_graph.runner import STREAM_MODES, durability_for, text_of  # noqa: E402
 from vagent_graph.tools import default_registry  # noqa: E402
 from vagent_graph.workflow import new_turn_input  # noqa: E402
 from vagent_shared import AcContext  # noqa: E402
@@ -168,11 +167,6 @@ def settings_from_env(env: dict[str, str]) -> GraphSettings:
     return GraphSettings(**values)
 
 
-def run_config(session_id: str) -> RunnableConfig:
-    """The RunnableConfig the service uses for a run (vagent_graph.app._config)."""
-    return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
-
-
 @contextlib.asynccontextmanager
 async def service_like_graph(settings: GraphSettings) -> AsyncIterator[CompiledStateGraph[Any]]:
     """The compiled graph exactly as the service's lifespan builds it (vagent_graph.app.open_runtime)."""
@@ -182,16 +176,6 @@ async def service_like_graph(settings: GraphSettings) -> AsyncIterator[CompiledS
         settings, agent, default_registry(), chat_model, model_name(settings, agent)
     ) as runtime:
         yield runtime.graph
-
-
-def _text_of(message: Any) -> str:
-    """Text of a streamed message chunk (str content or content parts), as the runner reads it."""
-    if not isinstance(message, BaseMessage):
-        return ""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
 
 
 # ------------------------------------------------------------------------- one request
@@ -208,7 +192,7 @@ async def bare_request(graph: CompiledStateGraph[Any], session_id: str | None = 
         graph_input, cfg, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
     )
     async for mode, payload in run:
-        if mode == "messages" and _text_of(payload[0]):
+        if mode == "messages" and isinstance(payload[0], BaseMessage) and text_of(payload[0]):
             chunks += 1
             if first is None:
                 first = time.perf_counter() - start

@@ -85,7 +85,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _config(session_id: str) -> RunnableConfig:
+def run_config(session_id: str) -> RunnableConfig:
+    """A session's run: its LangGraph thread, and a bound on the steps of one run."""
     return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
 
 
@@ -307,7 +308,7 @@ def create_app(
 
     async def close_stale_question(r: Runtime, session_id: str) -> None:
         """A new message while a question is pending: the question expired on the bot side."""
-        cfg = _config(session_id)
+        cfg = run_config(session_id)
         state = await r.graph.aget_state(cfg)
         if not state.interrupts:
             return
@@ -352,7 +353,7 @@ def create_app(
         run = Run(
             r.graph,
             new_turn_input(body.message, body.ac_context),
-            _config(sid),
+            run_config(sid),
             r.settings.RUN_TIMEOUT_SECONDS,
             gate=lambda: acquire(r, sid),
             prelude=close_if_pending,
@@ -389,7 +390,7 @@ def create_app(
         structlog.contextvars.bind_contextvars(session_id=body.session_id)
         lock = await acquire(r, body.session_id)
         try:
-            state = await r.graph.aget_state(_config(body.session_id))
+            state = await r.graph.aget_state(run_config(body.session_id))
         except Exception:
             await release(lock)
             raise
@@ -404,7 +405,7 @@ def create_app(
         log.info("submit_feedback", chars=len(body.response))
         update = {"ac_context": body.ac_context.to_wire()} if body.ac_context else None
         command: Command[Any] = Command(resume=body.response, update=update)
-        cfg = _config(body.session_id)
+        cfg = run_config(body.session_id)
 
         batches = Run(
             r.graph,

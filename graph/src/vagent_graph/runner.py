@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import structlog
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, Interrupt, StreamMode
@@ -51,6 +51,14 @@ def durability_for(graph_input: Any) -> Durability:
     return "async" if isinstance(graph_input, Command) else "exit"
 
 
+def text_of(message: BaseMessage) -> str:
+    """The text a message carries: its str content, or the text of its content parts."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+
+
 _END = object()
 Gate = Callable[[], Awaitable[SessionLock]]
 Prelude = Callable[[SessionLock], Awaitable[None]]
@@ -72,11 +80,7 @@ class EventMapper:
             chunk, meta = payload
             if meta.get("langgraph_node") != "agent" or not isinstance(chunk, AIMessageChunk):
                 return []
-            text = (
-                chunk.content
-                if isinstance(chunk.content, str)
-                else "".join(p.get("text", "") for p in chunk.content if isinstance(p, dict))
-            )
+            text = text_of(chunk)
             if not text:
                 return []
             ev = TextChunk(content=text, chunk_index=self.chunk_index)
