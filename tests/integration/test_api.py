@@ -131,12 +131,19 @@ async def test_a_slow_answer_is_streamed_as_the_model_writes_it(
     assert all(g > 0.2 for g in gaps), gaps
 
 
-async def test_a_silent_stream_gets_keep_alive_comments(
+async def test_a_stream_opens_while_the_model_thinks_and_gets_keep_alive_comments(
     client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
 ) -> None:
     llm_server.push_text("Finally.", chunks=1, delay=1.0)  # the model thinks for a second
-    r = await client.post(PM, json=message_body(new_session(), "think"), headers=graph.headers)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    async with client.stream(
+        "POST", PM, json=message_body(new_session(), "think"), headers=graph.headers
+    ) as r:
+        opened = loop.time() - start  # the response headers are in
+        await r.aread()
     assert r.status_code == 200
+    assert opened < 0.8  # not held back until the first token (upstream.py)
     before_answer = r.text.split("event: text_chunk")[0]
     assert ": keep-alive" in before_answer  # SSE_KEEPALIVE_SECONDS=0.3 in this module
     assert kinds(parse_sse_text(r.text)) == ["text_chunk", "text_final", "done"]
