@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import math
+import os
 import sys
 import tempfile
 import time
@@ -470,6 +471,7 @@ class Config:
     json_path: Path
     log_level: str
     llm_thread: bool
+    placement: str
 
     @property
     def checkpoints(self) -> list[int]:
@@ -491,6 +493,13 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument(
         "--llm-thread", action="store_true", help="run the LLM stand-in in a thread of this process"
     )
+    p.add_argument(
+        "--placement",
+        choices=["split", "kernel"],
+        default="split",
+        help="split (default): bare and the service on one CPU, Redis, the LLM stand-in and the "
+        "client on the others; kernel: let the kernel place every process",
+    )
     a = p.parse_args(argv)
     vals = resolve_counts(a, DEFAULTS, QUICK)
     for k, v in vals.items():
@@ -502,6 +511,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         json_path=a.json or default_results_path("graph"),
         log_level=a.log_level,
         llm_thread=a.llm_thread,
+        placement=a.placement,
     )
 
 
@@ -544,6 +554,47 @@ async def run_interleaved(modes: dict[str, Block], n: int, concurrency: int) -> 
                 executed[mode] += phase.executed
         order.reverse()
     return [Phase(m, concurrency, samples[m], walls[m], executed[m]) for m in modes]
+
+
+def _children() -> list[int]:
+    """PIDs of this process's children (Linux /proc)."""
+    me, out = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                    out.append(int(entry.name))
+    return out
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid`; a process that is gone meanwhile is skipped."""
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), cpus)
+
+
+def place_processes(placement: str, services: Sequence[GraphProcess]) -> str:
+    """With "split", pin the measured code to the first usable CPU: this thread (which
+    runs BARE, and so every thread it starts from now on) and the services. The load and
+    the fixtures (the client, the LLM stand-in, Redis) go to the others. Both modes are
+    placed alike. Left to the kernel, the placement changes from run to run, and a mode
+    that happens to share a core with the stand-in loses its caches: the c=1 ratio then
+    spreads about three times wider (bench/README.md)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if placement == "kernel" or len(cpus) < 2:
+        return "left to the kernel" + ("" if placement == "kernel" else " (fewer than 2 usable CPUs)")
+    measured, rest = {cpus[0]}, set(cpus[1:])
+    service_pids = {s.proc.pid for s in services if s.proc is not None}
+    os.sched_setaffinity(0, measured)
+    for pid in _children():
+        _pin(pid, measured if pid in service_pids else rest)
+    return (
+        f"split: bare (this process) and the service on CPU {cpus[0]}; "
+        f"client, LLM stand-in and Redis on CPU {','.join(map(str, cpus[1:]))}"
+    )
 
 
 def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
@@ -602,6 +653,8 @@ def run(cfg: Config) -> dict[str, Any]:
         stack.callback(mem_service.stop)
         mem_service.start()
         client.connect(service.url, TOKEN)
+        conf["placement"] = place_processes(cfg.placement, [service, mem_service])
+        print(f"   placement: {conf['placement']}")
         try:
             measured = measure_all(cfg, settings, mem_service, mem_redis.url, client)
             phases, ratios, points = asyncio.run(measured)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ async def test_api_refuses_missing_or_forged_tokens(
     client: httpx.AsyncClient, graph: GraphProcess, headers: dict[str, str], llm_server: ScriptedLLMServer
 ) -> None:
     body = message_body(new_session(), "hi", ac(superuser=True))
+    before = await refusals(client)
     for path, payload in [
         (PM, body),
         (FB, {"session_id": body["session_id"], "response": "yes"}),
@@ -66,7 +68,49 @@ async def test_api_refuses_missing_or_forged_tokens(
         assert r.json()["error_code"] == "unauthorized"
         assert r.headers["www-authenticate"] == "Bearer"
     assert llm_server.requests == []  # nothing reached the LLM
+    assert await refusals(client) == before + 3  # each one a security event...
+    logged = [ln for ln in graph.log_records() if ln.get("event") == "security.bad_service_token"]
+    assert logged[-1]["level"] == "warning" and logged[-1]["path"] == "/api/v1/reset_session"  # ...logged
+    assert logged[-1]["auth_header_present"] == ("Authorization" in headers)
     assert TOKEN not in graph.logs()
+
+
+async def refusals(client: httpx.AsyncClient) -> float:
+    """The service's count of refused service tokens (Prometheus text)."""
+    text = (await client.get("/metrics")).text
+    found = re.search(r'^vagent_graph_security_events_total\{kind="bad_service_token"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_every_api_path_needs_the_token_even_one_no_route_matches(
+    client: httpx.AsyncClient, graph: GraphProcess
+) -> None:
+    r = await client.post("/api/v1/not_a_route", json={})
+    assert r.status_code == 401 and r.json()["error_code"] == "unauthorized"  # not a 404: no map
+    assert (await client.post("/api/v1/not_a_route", json={}, headers=graph.headers)).status_code == 404
+    # refused before the body is read: an unauthenticated client cannot make it buffer anything
+    reader, writer = await asyncio.open_connection("127.0.0.1", graph.port)
+    writer.write(
+        f"POST {PM} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {10**9}\r\n\r\n{{".encode()
+    )
+    status = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    assert status.startswith(b"HTTP/1.1 401"), status
+    assert (await client.get("/health")).status_code == 200  # outside /api/: open
+
+
+async def test_the_openapi_page_says_which_routes_need_the_token(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    assert spec["components"]["securitySchemes"]["GraphApiToken"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "GRAPH_API_TOKEN",
+    }
+    for path, operations in spec["paths"].items():
+        for operation in operations.values():
+            needs = operation.get("security") == [{"GraphApiToken": []}]
+            assert needs == path.startswith("/api/"), path
 
 
 async def test_sse_conversation_streams_chunks_then_final_then_done(

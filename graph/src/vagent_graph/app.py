@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hmac
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,9 +12,9 @@ from typing import Any
 
 import anyio
 import structlog
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
@@ -30,7 +29,7 @@ from vagent_graph import locked_read, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.llm import make_chat_model, model_name
-from vagent_graph.middleware import RequestMiddleware
+from vagent_graph.middleware import API_PREFIX, RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.outbox import Pacing
 from vagent_graph.runner import Run, durability_for
@@ -138,6 +137,28 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def document_token(app: FastAPI) -> None:
+    """Show in the OpenAPI page that every `/api/` route needs the service token (checked
+    by RequestMiddleware, not by a FastAPI dependency: no route can be added without it)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "GraphApiToken": {"type": "http", "scheme": "bearer", "description": "GRAPH_API_TOKEN"}
+            }
+            for path, operations in schema["paths"].items():
+                if path.startswith(API_PREFIX):
+                    for operation in operations.values():
+                        operation["security"] = [{"GraphApiToken": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(
     settings: GraphSettings | None = None,
     *,
@@ -180,28 +201,8 @@ def create_app(
         "needs `Authorization: Bearer $GRAPH_API_TOKEN`.",
         lifespan=lifespan,
     )
-    app.add_middleware(RequestMiddleware, max_bytes=settings.MAX_REQUEST_BYTES)
-    bearer = HTTPBearer(auto_error=False, description="GRAPH_API_TOKEN")
-
-    async def require_token(
-        request: Request, cred: HTTPAuthorizationCredentials | None = Depends(bearer)
-    ) -> None:
-        if not token:  # GRAPH_INSECURE_DEV
-            return
-        given = cred.credentials if cred and cred.scheme.lower() == "bearer" else ""
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            metrics.SECURITY_EVENTS.labels("bad_service_token").inc()
-            log.warning(
-                "security.bad_service_token",
-                path=request.url.path,
-                client=request.client.host if request.client else None,
-                auth_header_present=bool(given),
-            )
-            raise HTTPException(
-                401,
-                detail={"error_code": "unauthorized", "message": "Missing or invalid service token."},
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+    app.add_middleware(RequestMiddleware, max_bytes=settings.MAX_REQUEST_BYTES, token=token)
+    document_token(app)
 
     def rt(request: Request) -> Runtime:
         return request.app.state.rt  # type: ignore[no-any-return]
@@ -320,7 +321,6 @@ def create_app(
 
     @app.post(
         "/api/v1/process_message",
-        dependencies=[Depends(require_token)],
         response_class=EventSourceResponse,
         responses={
             200: {
@@ -361,6 +361,7 @@ def create_app(
         )
         try:
             lock: SessionLock = await run.gate
+            await run.under_way  # the response is set up while the LLM thinks (upstream.py)
         except BaseException:  # busy, Redis down, or this request cancelled
             await run.close()
             if run.gate_opened:  # the lock was taken just before this request went away
@@ -370,7 +371,6 @@ def create_app(
 
     @app.post(
         "/api/v1/submit_feedback",
-        dependencies=[Depends(require_token)],
         response_model=None,
         responses={
             200: {
@@ -407,13 +407,8 @@ def create_app(
         command: Command[Any] = Command(resume=body.response, update=update)
         cfg = run_config(body.session_id)
 
-        batches = Run(
-            r.graph,
-            command,
-            cfg,
-            r.settings.RUN_TIMEOUT_SECONDS,
-            pacing=pacing,
-        ).batches()
+        run = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, pacing=pacing)
+        batches = run.batches()
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:
             collected: list[SSEEvent] = []
@@ -425,11 +420,17 @@ def create_app(
                 last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
                 await end_run(lock, last)
             return JSONResponse(_ack(collected).model_dump())
+        try:
+            await run.under_way
+        except BaseException:  # this request cancelled: stop the run, unlock
+            with anyio.CancelScope(shield=True):
+                await run.close()
+                await end_run(lock, None)
+            raise
         return sse("submit_feedback", body.session_id, lock, batches)
 
     @app.post(
         "/api/v1/reset_session",
-        dependencies=[Depends(require_token)],
         response_model=FeedbackAck,
         responses={401: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
     )

@@ -22,7 +22,9 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
     if not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
         return OfflineChatModel()
     from langchain_openai import ChatOpenAI
+    from openai import DefaultAsyncHttpxClient
 
+    from vagent_graph import upstream
     from vagent_graph.openai_plain import PlainChatCompletions
 
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
@@ -35,6 +37,12 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         stream_usage=True,
         timeout=settings.LLM_TIMEOUT_SECONDS,
         max_retries=1,
+        # The SDK's default client (env proxies honoured), plus the hook that tells a run
+        # when its request has left (upstream.py). Without langchain-openai's TCP
+        # keep-alive socket options: LLM_TIMEOUT_SECONDS bounds a call to a dead peer.
+        http_async_client=DefaultAsyncHttpxClient(
+            timeout=settings.LLM_TIMEOUT_SECONDS, event_hooks={"request": [upstream.trace_request]}
+        ),
     )
     # Same client, minus the SDK's per-request walk over every message (see openai_plain).
     # Set after construction: validate_environment builds root_async_client only when no

@@ -21,7 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, Interrupt, StreamMode
 
-from vagent_graph import locked_read, metrics
+from vagent_graph import locked_read, metrics, upstream
 from vagent_graph.locked_read import Prefetched
 from vagent_graph.outbox import Outbox, Pacing
 from vagent_graph.session_lock import SessionLock
@@ -60,6 +60,10 @@ def text_of(message: BaseMessage) -> str:
 
 
 _END = object()
+#: At most this long (seconds) after it starts, a run counts as under way even if it has
+#: not sent its LLM request yet (a slow connect): its response, and so its keep-alives,
+#: must not wait longer for that.
+UNDER_WAY_AFTER = 1.0
 Gate = Callable[[], Awaitable[SessionLock]]
 Prelude = Callable[[SessionLock], Awaitable[None]]
 
@@ -171,6 +175,10 @@ class Run:
     run with an `error` event like any other failure. `close()` (idempotent) cancels a run
     nobody reads. `pacing` lets text chunks after the first wait for the next write, and
     makes `batches()` yield an empty batch after a silence (outbox.py).
+
+    `under_way` resolves when the run's first LLM request has left (upstream.py), when it
+    has a first event, when it ends, or UNDER_WAY_AFTER seconds after it was started:
+    the moment to set up the HTTP response, whose CPU then overlaps the model's latency.
     """
 
     def __init__(
@@ -195,7 +203,11 @@ class Run:
         self._opening = (
             None if gate is None else asyncio.create_task(self._open(gate, prelude), name="graph-gate")
         )
+        loop = asyncio.get_running_loop()
+        self.under_way: asyncio.Future[None] = loop.create_future()
+        self._under_way_timer = loop.call_later(UNDER_WAY_AFTER, self._mark_under_way)
         context = contextvars.copy_context()
+        context.run(upstream.notify_sent, self._mark_under_way)
         if self._opening is not None:
             context.run(locked_read.hold_reads, self._opening)
         produce = self._produce(graph, graph_input, config, run_timeout)
@@ -212,10 +224,8 @@ class Run:
         except Exception as exc:
             self.gate.set_exception(exc)
             raise
-        # The caller hears of it one loop turn later, so the graph's task (woken when this
-        # one ends) goes on first: the response is set up while the LLM is being asked.
         self._lock = lock
-        asyncio.get_running_loop().call_soon(self._open_gate)
+        self._open_gate()
         self._count()  # a refused or cancelled gate is not a run
         if prelude is not None:
             await prelude(lock)  # reads (and so uses up) the prefetched checkpoint if it needs it
@@ -240,6 +250,8 @@ class Run:
                     events = mapper.map(mode, payload)
                     for ev in events:
                         outbox.put(ev)
+                    if events:
+                        self._mark_under_way()
                     if events and mapper.chunk_index <= 1:
                         # Hand the first text to the client before reading the next chunk;
                         # after that, yielding per chunk only costs loop turns (bench-graph).
@@ -259,6 +271,7 @@ class Run:
                 with anyio.CancelScope(shield=True):
                     await asyncio.gather(opening, return_exceptions=True)
             outbox.put(_END)
+            self._mark_under_way()
 
     async def batches(self) -> AsyncGenerator[list[SSEEvent], None]:
         """Every event of the run, then the question or the final text (not `done`), in
@@ -277,6 +290,11 @@ class Run:
                     yield batch
         finally:
             await self.close()
+
+    def _mark_under_way(self) -> None:
+        self._under_way_timer.cancel()
+        if not self.under_way.done():
+            self.under_way.set_result(None)
 
     def _open_gate(self) -> None:
         if not self.gate.done() and self._lock is not None:  # else closed meanwhile
@@ -307,6 +325,7 @@ class Run:
         if not self.gate.done():  # refused, or cancelled before the lock was taken
             self.gate.cancel()
         self._outbox.close()
+        self._mark_under_way()
         if self._counted:  # after the task: its gate may have opened meanwhile
             metrics.ACTIVE_RUNS.dec()
 
