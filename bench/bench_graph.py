@@ -588,7 +588,10 @@ def place_processes(placement: str, services: Sequence[GraphProcess]) -> str:
         return "left to the kernel" + ("" if placement == "kernel" else " (fewer than 2 usable CPUs)")
     measured, rest = {cpus[0]}, set(cpus[1:])
     service_pids = {s.proc.pid for s in services if s.proc is not None}
-    os.sched_setaffinity(0, measured)
+    try:
+        os.sched_setaffinity(0, measured)
+    except OSError as exc:  # e.g. a container that forbids it
+        return f"left to the kernel (pinning refused: {exc})"
     for pid in _children():
         _pin(pid, measured if pid in service_pids else rest)
     return (

@@ -6,11 +6,16 @@ checks that the numbers exist and are sane, never how fast anything was.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support.procs import run_bench_quick
+import pytest
+
+from tests.support.procs import ROOT, run_bench_quick
 
 QUICK_CONCURRENCY = 4
 QUICK_REQUESTS = 10
@@ -37,6 +42,8 @@ def test_bench_graph_quick_prints_and_writes_every_figure(tmp_path: Path) -> Non
     assert {"machine", "config", "latency", "ratios", "redis"} <= results.keys()
     assert _positive(results["machine"]["cores"])
     assert results["config"]["llm_tcp_nodelay"] is True
+    assert results["config"]["placement"].startswith(("split:", "left to the kernel")), results["config"]
+    assert "placement: " in stdout
 
     phases = {(p["mode"], p["concurrency"]): p for p in results["latency"]}
     assert set(phases) == {(m, c) for m in ("bare", "service") for c in (1, QUICK_CONCURRENCY)}
@@ -65,3 +72,34 @@ def test_bench_graph_quick_prints_and_writes_every_figure(tmp_path: Path) -> Non
         assert point["other_keys"] == 0, point  # the dedicated Redis holds only this session
     assert _positive(redis["ratio"])
     assert isinstance(redis["pass"], bool)
+
+
+PLACEMENT_PROBE = """
+import os, subprocess, sys, types
+sys.path.insert(0, "bench")
+import bench_graph
+service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+fixture = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+try:
+    said = bench_graph.place_processes("split", [types.SimpleNamespace(proc=service)])
+    print(said)
+    for name, pid in (("bench", 0), ("service", service.pid), ("fixture", fixture.pid)):
+        print(name, sorted(os.sched_getaffinity(pid)))
+finally:
+    service.kill(); fixture.kill()
+"""
+
+
+def test_split_placement_puts_the_measured_code_and_the_fixtures_on_different_cpus() -> None:
+    """What --placement split does to real processes (in a child: it pins its caller)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 usable CPUs")
+    proc = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    said, *lines = proc.stdout.splitlines()
+    assert said.startswith("split:"), said
+    placed = {name: value for name, value in (line.split(" ", 1) for line in lines)}
+    assert placed == {"bench": str(cpus[:1]), "service": str(cpus[:1]), "fixture": str(cpus[1:])}
