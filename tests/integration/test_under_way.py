@@ -12,13 +12,12 @@ from typing import Any
 import httpx
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
-from redis.asyncio import Redis
 
 from tests.support.factories import ac, new_session
 from tests.support.llm_server import ScriptedLLMServer
 from vagent_graph import runner, upstream
 from vagent_graph.agent import load_descriptor
+from vagent_graph.app import open_runtime
 from vagent_graph.llm import make_chat_model
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import Run
@@ -31,20 +30,19 @@ from vagent_shared.settings import GraphSettings
 
 @pytest.fixture
 async def graph(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Any]:
-    """The workflow with the service's own chat model (make_chat_model) on the scripted LLM."""
+    """The workflow as the service builds it (open_runtime, make_chat_model) on the scripted LLM."""
     settings = GraphSettings(
-        OPENAI_BASE_URL=llm_server.base_url, OPENAI_API_KEY="k", LLM_MODEL="m", GRAPH_INSECURE_DEV=True
+        REDIS_URL=redis_url,
+        RECORDS_DB_PATH=tmp_path / "records.db",
+        OPENAI_BASE_URL=llm_server.base_url,
+        OPENAI_API_KEY="k",
+        LLM_MODEL="m",
+        GRAPH_INSECURE_DEV=True,
     )
     agent = load_descriptor(settings.AGENT_DESCRIPTOR)
-    db = tmp_path / "records.db"
-    ensure_records_db(db)
-    redis = Redis.from_url(redis_url)
-    saver = AsyncShallowRedisSaver(redis_client=redis, ttl={"default_ttl": 60, "refresh_on_read": True})
-    await saver.asetup()
-    try:
-        yield build_graph(Deps(default_registry(), agent, make_chat_model(settings, agent), "m", db), saver)
-    finally:
-        await redis.aclose()
+    llm = make_chat_model(settings, agent)
+    async with open_runtime(settings, agent, default_registry(), llm, "m") as runtime:
+        yield runtime.graph
 
 
 def new_run(graph: Any, thread: str | None = None) -> Run:

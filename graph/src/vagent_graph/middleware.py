@@ -15,10 +15,13 @@ from vagent_graph import metrics
 from vagent_shared.http_errors import api_error
 from vagent_shared.wire import ErrorResponse
 
+#: The 413 answer, whether the size is announced or found while reading.
+TOO_LARGE = ("request_too_large", "The request body is too large.")
+
 
 def payload_too_large() -> HTTPException:
     """Raised while the body is read: FastAPI passes HTTPExceptions through to its handler."""
-    return api_error(413, "request_too_large", "The request body is too large.")
+    return api_error(413, *TOO_LARGE)
 
 
 #: Every path under this prefix needs the service token, including ones no route matches.
@@ -57,7 +60,7 @@ class RequestMiddleware:
                 return
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await _send_error(send, 413, "request_too_large", "The request body is too large.")
+            await _send_error(send, 413, *TOO_LARGE)
             return
         seen, start, status, streaming = 0, time.perf_counter(), 500, False
 

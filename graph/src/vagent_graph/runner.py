@@ -292,8 +292,9 @@ class Run:
             await self.close()
 
     def _mark_under_way(self) -> None:
-        self._under_way_timer.cancel()
+        """Once: later calls (one per batch of events) return at once."""
         if not self.under_way.done():
+            self._under_way_timer.cancel()
             self.under_way.set_result(None)
 
     def _open_gate(self) -> None:
