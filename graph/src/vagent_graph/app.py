@@ -28,6 +28,7 @@ from starlette.background import BackgroundTask
 from vagent_graph import locked_read, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
+from vagent_graph.json_route import JsonBodyRoute
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.middleware import API_PREFIX, RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
@@ -201,6 +202,7 @@ def create_app(
         "needs `Authorization: Bearer $GRAPH_API_TOKEN`.",
         lifespan=lifespan,
     )
+    app.router.route_class = JsonBodyRoute  # a JSON body straight into its model
     app.add_middleware(RequestMiddleware, max_bytes=settings.MAX_REQUEST_BYTES, token=token)
     document_token(app)
 
