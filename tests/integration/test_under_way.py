@@ -118,7 +118,16 @@ async def test_the_trace_hook_only_touches_requests_made_inside_a_run(llm_server
             upstream.notify_sent(lambda: sent.append(len(seen)))
             await client.get(llm_server.base_url + "/models", extensions={"trace": earlier_trace})
 
+        async def untraced() -> httpx.Response:
+            upstream.notify_sent(lambda: sent.append(-1))
+            return await client.get(llm_server.base_url + "/models")
+
         await asyncio.create_task(inside())  # a task of its own: its own context, like a run
-    assert len(sent) == 1  # once, after the body was written...
+        plain = await asyncio.create_task(untraced())
+    assert sent[0] >= 0 and len(sent) == 2  # once per request, after the body was written...
     assert "http11.send_request_body.complete" in seen[: sent[0]]  # ...and the earlier trace still ran
+    # Once sent, the earlier trace is back in place and sees the response's phases...
+    assert "http11.receive_response_headers.complete" in seen[sent[0] :]
+    # ...and a request that had none is left without one: its response is not traced.
+    assert plain.status_code == 200 and "trace" not in plain.request.extensions
     assert upstream._ON_SENT.get() is None  # nothing leaked into this context

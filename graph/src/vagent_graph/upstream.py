@@ -10,6 +10,8 @@ How: the LLM client's httpx ``request`` event hook (``trace_request``) gives eac
 made inside a run an httpcore ``trace`` extension, which httpcore calls with
 ``…send_request_body.complete`` once the body is written. The run says what to call then
 with ``notify_sent`` in its own context (a ContextVar, so concurrent runs never mix).
+Once the body is written, the extension is taken off again (or the one that was set before is
+put back), so the phases that follow, which are on the way to the first token, are not traced.
 Requests outside a run, and any trace extension already set, are left as they are.
 """
 
@@ -39,12 +41,19 @@ async def trace_request(request: httpx.Request) -> None:
     callback = _ON_SENT.get()
     if callback is None:
         return
-    previous: Trace | None = request.extensions.get("trace")
+    extensions = request.extensions  # the very dict httpcore reads the extension from
+    previous: Trace | None = extensions.get("trace")
 
     async def trace(event: str, info: dict[str, Any]) -> None:
         if previous is not None:
             await previous(event, info)
         if event in SENT_EVENTS:
+            # httpcore looks the extension up again for each later phase (the response's
+            # headers, its body): put back what was there, so those phases cost nothing.
+            if previous is None:
+                extensions.pop("trace", None)
+            else:
+                extensions["trace"] = previous
             callback()
 
-    request.extensions["trace"] = trace
+    extensions["trace"] = trace
