@@ -533,6 +533,32 @@ async def test_streamed_oversized_body_is_413(client: httpx.AsyncClient, graph: 
     assert r.status_code == 413 and r.json()["error_code"] == "request_too_large"
 
 
+async def test_a_body_the_client_stops_sending_is_a_400_not_a_500(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
+) -> None:
+    def count(status: str, text: str) -> float:
+        line = f'vagent_graph_requests_total{{endpoint="{PM}",status="{status}"}} '
+        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line))
+
+    before = (await client.get("/metrics")).text
+    _reader, writer = await asyncio.open_connection("127.0.0.1", graph.port)
+    writer.write(
+        f"POST {PM} HTTP/1.1\r\nHost: x\r\nAuthorization: {graph.headers['Authorization']}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{\"session_id\": ".encode()
+    )
+    await writer.drain()
+    await asyncio.sleep(0.2)  # the service is reading the body...
+    writer.close()  # ...when the client goes away
+    for _ in range(50):
+        after = (await client.get("/metrics")).text
+        if count("400", after) > count("400", before):
+            break
+        await asyncio.sleep(0.05)
+    assert count("400", after) == count("400", before) + 1
+    assert count("500", after) == count("500", before)
+    assert llm_server.requests == []
+
+
 async def checkpoint_commands(redis_url: str, key: str, work: Any) -> tuple[Any, list[tuple[str, str]]]:
     """Run `work` (a coroutine) under Redis MONITOR: its result, and (client type, command)
     of every command naming the checkpoint `key`, in order ("lua": inside a script)."""
