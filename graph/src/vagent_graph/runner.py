@@ -252,9 +252,12 @@ class Run:
                         outbox.put(ev)
                     if events:
                         self._mark_under_way()
-                    if events and mapper.chunk_index <= 1:
-                        # Hand the first text to the client before reading the next chunk;
-                        # after that, yielding per chunk only costs loop turns (bench-graph).
+                    if events:
+                        # Let the loop go round after each event: the first text reaches
+                        # the client before the next chunk is read, and, with many runs in
+                        # flight, a run does not work through all its buffered chunks while
+                        # the others wait for theirs (bench-graph c=20, alternating runs:
+                        # first-event p50 ratio 1.21x -> 1.17x on average, totals unchanged).
                         await asyncio.sleep(0)
         except asyncio.CancelledError:
             cancelled = True
