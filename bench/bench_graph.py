@@ -85,7 +85,7 @@ RATIO_TARGET = 1.3
 BLOCK_ROUNDS = 6
 REDIS_RATIO_TARGET = 2.0
 FIRST_CHECKPOINT = 10
-DEFAULTS: dict[str, int] = {"requests": 200, "concurrency": 20, "turns": 200, "warmup": 10}
+DEFAULTS: dict[str, int] = {"requests": 500, "concurrency": 20, "turns": 200, "warmup": 10}
 QUICK: dict[str, int] = {"requests": 10, "concurrency": 4, "turns": 12, "warmup": 3}
 #: Libraries whose versions the report names: what the numbers depend on.
 VERSIONS_OF = (
