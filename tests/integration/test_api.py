@@ -354,6 +354,8 @@ async def test_health_metrics_and_docs(
     assert r.status_code == 200
     h = r.json()
     assert h["status"] == "healthy" and h["active_sessions"] == 0 and h["uptime_seconds"] > 0
+    first_events = 'vagent_graph_first_event_seconds_count{endpoint="process_message"}'
+    before = metric_values((await client.get("/metrics")).text).get(first_events, 0.0)
     llm_server.push_tool_calls([("delete_records", {"older_than": "2016-01-01"})])
     await post_sse(client, PM, message_body(new_session(), "delete", ac(instances=[])), graph.headers)
     m = (await client.get("/metrics")).text
@@ -366,10 +368,18 @@ async def test_health_metrics_and_docs(
         "vagent_graph_hitl_resumes_total",
     ]:
         assert name in m, name
+    assert metric_values(m)[first_events] == before + 1  # the stream's first event, timed once
     docs = await client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     spec = (await client.get("/openapi.json")).json()
     assert {"/api/v1/process_message", "/api/v1/submit_feedback", "/health"} <= set(spec["paths"])
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """Prometheus text: each sample's name with its labels, and its value."""
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"
+    }
 
 
 def test_health_is_503_when_redis_is_unreachable(tmp_path: Path) -> None:
@@ -537,14 +547,15 @@ async def test_a_body_the_client_stops_sending_is_a_400_not_a_500(
     client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
 ) -> None:
     def count(status: str, text: str) -> float:
-        line = f'vagent_graph_requests_total{{endpoint="{PM}",status="{status}"}} '
-        return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line))
+        return metric_values(text).get(
+            f'vagent_graph_requests_total{{endpoint="{PM}",status="{status}"}}', 0.0
+        )
 
     before = (await client.get("/metrics")).text
     _reader, writer = await asyncio.open_connection("127.0.0.1", graph.port)
     writer.write(
         f"POST {PM} HTTP/1.1\r\nHost: x\r\nAuthorization: {graph.headers['Authorization']}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{\"session_id\": ".encode()
+        f'Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{"session_id": '.encode()
     )
     await writer.drain()
     await asyncio.sleep(0.2)  # the service is reading the body...

@@ -290,13 +290,14 @@ def create_app(
                         for ev in batch:
                             if isinstance(ev, HitlRequest | TextFinal):
                                 outcome = ev
-                        if not writes:
-                            metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
+                        first_at = 0.0 if writes else time.perf_counter()
                         events, writes = events + len(batch), writes + 1
                         # One write per batch; every event keeps its own SSE frame.
                         yield b"".join(
                             ServerSentEvent(event=ev.EVENT, data=ev.sse_data()).encode() for ev in batch
                         )
+                        if first_at:  # observed once the first write is out, not before it
+                            metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(first_at - start)
                     events, writes = events + 1, writes + 1
                     yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
                 finally:
