@@ -15,32 +15,20 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support.factories import ac, new_session
+from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
-from vagent_graph.agent import load_descriptor
-from vagent_graph.app import Runtime, open_runtime, run_config
-from vagent_graph.llm import make_chat_model
+from vagent_graph.app import Runtime, run_config
 from vagent_graph.runner import Run
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import checkpoint_key
-from vagent_graph.tools import default_registry
 from vagent_graph.workflow import new_turn_input
 from vagent_shared import redis_keys
 from vagent_shared.events import ErrorEvent, SSEEvent, TextChunk
-from vagent_shared.settings import GraphSettings
 
 
 @pytest.fixture
 async def runtime(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = GraphSettings(
-        REDIS_URL=redis_url,
-        RECORDS_DB_PATH=tmp_path / "records.db",
-        OPENAI_BASE_URL=llm_server.base_url,
-        OPENAI_API_KEY="k",
-        LLM_MODEL="m",
-        GRAPH_INSECURE_DEV=True,
-    )
-    agent = load_descriptor(settings.AGENT_DESCRIPTOR)
-    async with open_runtime(settings, agent, default_registry(), make_chat_model(settings, agent), "m") as rt:
+    async with scripted_runtime(redis_url, llm_server.base_url, tmp_path) as rt:
         yield rt
 
 

@@ -14,34 +14,22 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from tests.support.factories import ac, new_session
+from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
 from vagent_graph import runner, upstream
 from vagent_graph.agent import load_descriptor
-from vagent_graph.app import open_runtime
-from vagent_graph.llm import make_chat_model
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import Run
 from vagent_graph.tools import default_registry
 from vagent_graph.tools.records import ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
 from vagent_shared.events import TextChunk
-from vagent_shared.settings import GraphSettings
 
 
 @pytest.fixture
 async def graph(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Any]:
-    """The workflow as the service builds it (open_runtime, make_chat_model) on the scripted LLM."""
-    settings = GraphSettings(
-        REDIS_URL=redis_url,
-        RECORDS_DB_PATH=tmp_path / "records.db",
-        OPENAI_BASE_URL=llm_server.base_url,
-        OPENAI_API_KEY="k",
-        LLM_MODEL="m",
-        GRAPH_INSECURE_DEV=True,
-    )
-    agent = load_descriptor(settings.AGENT_DESCRIPTOR)
-    llm = make_chat_model(settings, agent)
-    async with open_runtime(settings, agent, default_registry(), llm, "m") as runtime:
+    """The workflow as the service builds it, on the scripted LLM."""
+    async with scripted_runtime(redis_url, llm_server.base_url, tmp_path) as runtime:
         yield runtime.graph
 
 
