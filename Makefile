@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test unit lint typecheck pytest redis bench-graph bench-bot lock clean
+.PHONY: help venv run chat test unit lint typecheck pytest redis bench-graph bench-bot bench-rag lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,6 +37,9 @@ redis: venv  ## local Redis 8 + search + JSON on 127.0.0.1:$${REDIS_PORT:-6390},
 
 bench-graph: venv  ## benchmark: bare graph.astream vs the HTTP/SSE service
 	$(BIN)/python bench/bench_graph.py $(BENCH_ARGS)
+
+bench-rag: venv  ## benchmark: ingestion chunks/s, filtered vs unfiltered search p50/p99, recall@10 vs brute force
+	$(BIN)/python bench/bench_rag.py $(BENCH_ARGS)
 
 bench-bot: venv  ## benchmark: send -> first visible reply / final edit, vagent vs a minimal echo bot
 	$(BIN)/python bench/bench_bot.py $(BENCH_ARGS)

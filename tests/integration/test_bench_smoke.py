@@ -103,3 +103,20 @@ def test_split_placement_puts_the_measured_code_and_the_fixtures_on_different_cp
     assert said.startswith("split:"), said
     placed = {name: value for name, value in (line.split(" ", 1) for line in lines)}
     assert placed == {"bench": str(cpus[:1]), "service": str(cpus[:1]), "fixture": str(cpus[1:])}
+
+
+def test_bench_rag_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
+    stdout, results = run_bench_quick("bench_rag.py", tmp_path / "rag.json", timeout=180)
+    assert re.search(r"ingestion of [\d,]+ chunks: \d+ chunks/s \(embedding \d+/s", stdout), stdout
+    for algorithm in ("FLAT", "HNSW"):
+        assert f"{algorithm} index: search p50" in stdout
+    for mode in ("5% user", "50% user"):
+        assert re.search(rf"filtered/unfiltered redis p50 {re.escape(mode)}\s+\d+\.\d+x\s+{VERDICT}", stdout)
+        recall = rf"recall@10 {re.escape(mode)}\s+1\.000 \(brute force 1\.000\)\s+PASS"
+        assert re.search(recall, stdout), stdout
+    flat = results["algorithms"]["flat"]
+    assert flat["recall_at_10"]["5% user"] == 1.0 and flat["recall_at_10"]["50% user"] == 1.0
+    for mode in ("unfiltered", "5% user", "50% user"):
+        assert _positive(flat["search"][mode]["redis"]["p50"])
+        assert _positive(flat["search"][mode]["search_documents"]["p99"])
+    assert _positive(results["ingest"]["chunks_per_second"]) and results["chunks"] >= 400

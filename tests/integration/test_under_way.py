@@ -20,8 +20,8 @@ from vagent_graph import runner, upstream
 from vagent_graph.agent import load_descriptor
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.runner import Run
-from vagent_graph.tools import default_registry
-from vagent_graph.tools.records import ensure_records_db
+from vagent_graph.tools import Services, default_registry
+from vagent_graph.tools.records import RecordsDb, ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
 from vagent_shared.events import TextChunk
 
@@ -65,7 +65,13 @@ async def test_a_run_is_under_way_as_soon_as_its_llm_request_has_left(
 async def test_a_run_without_an_llm_request_is_under_way_with_its_first_event(tmp_path: Path) -> None:
     """The offline model makes no HTTP request: its first event says so instead."""
     ensure_records_db(tmp_path / "records.db")
-    deps = Deps(default_registry(), load_descriptor(), OfflineChatModel(), "offline", tmp_path / "records.db")
+    deps = Deps(
+        default_registry(),
+        load_descriptor(),
+        OfflineChatModel(),
+        "offline",
+        Services(RecordsDb(tmp_path / "records.db")),
+    )
     run = new_run(build_graph(deps, InMemorySaver()), "t")
     reading = asyncio.create_task(first_text(run))
     await asyncio.wait_for(asyncio.shield(run.under_way), 5)

@@ -20,8 +20,8 @@ from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallRe
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.runner import stream_run
-from vagent_graph.tools import ToolRegistry, default_registry
-from vagent_graph.tools.records import ensure_records_db
+from vagent_graph.tools import Services, ToolRegistry, default_registry
+from vagent_graph.tools.records import RecordsDb, ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
 from vagent_shared import AcContext
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
@@ -55,7 +55,13 @@ class Harness:
             stream_usage=True,
             max_retries=0,
         )
-        deps = Deps(registry or default_registry(), agent or load_descriptor(), llm, "test-model", db)
+        deps = Deps(
+            registry or default_registry(),
+            agent or load_descriptor(),
+            llm,
+            "test-model",
+            Services(RecordsDb(db)),
+        )
         try:
             yield cls(build_graph(deps, saver), db, redis)
         finally:

@@ -132,6 +132,22 @@ PlannedResponse: TypeAlias = TextResponse | ToolCallResponse | ErrorResponse
 DefaultResponder: TypeAlias = Callable[[JSON], PlannedResponse]
 
 
+#: Dimensions of the stand-in embeddings (not the offline model's 384: a model change is visible).
+EMBEDDING_DIMS = 64
+
+
+def hashed_embedding(text: str, dims: int = EMBEDDING_DIMS) -> list[float]:
+    """Each lower-cased word adds 1 to a dimension picked by a stable hash of the word."""
+    import hashlib
+
+    vector = [0.0] * dims
+    for word in re.findall(r"\w+", text.lower()):
+        vector[int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "big") % dims] += 1.0
+    if not any(vector):
+        vector[0] = 1.0
+    return vector
+
+
 def ok_responder(request: JSON) -> PlannedResponse:
     """Initial default responder: always the text ``"OK"`` (trivial and deterministic)."""
     return TextResponse("OK")
@@ -243,6 +259,9 @@ class ScriptedLLMServer:
         # Server-loop-only state: wake-up events of running slow streams, set on stop().
         self._wakers: set[asyncio.Event] = set()
         self._stopping = False
+        #: Bodies of `/v1/embeddings` requests; set `embeddings_fail` to answer them 503.
+        self.embedding_requests: list[JSON] = []
+        self.embeddings_fail = False
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -408,6 +427,8 @@ class ScriptedLLMServer:
             self._disconnected = 0
             self._completed = 0
             self._default = ok_responder
+            self.embedding_requests.clear()
+            self.embeddings_fail = False
 
     # ---------------------------------------------------------------- inspection
 
@@ -482,6 +503,8 @@ class ScriptedLLMServer:
         path = path.removeprefix("/v1")
         if method == "POST" and path == "/chat/completions":
             await self._chat(receive, send)
+        elif method == "POST" and path == "/embeddings":
+            await self._embeddings(receive, send)
         elif method == "GET" and path == "/models":
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self._models]
             await self._json(send, 200, {"object": "list", "data": data})
@@ -494,6 +517,35 @@ class ScriptedLLMServer:
             )
         else:
             await self._error_json(send, 404, f"no route for {method} {scope['path']}", "not_found")
+
+    async def _embeddings(self, receive: Receive, send: Send) -> None:
+        """`/v1/embeddings`: a deterministic bag of hashed words in EMBEDDING_DIMS dimensions,
+        so texts sharing words are similar (a stand-in for an embeddings endpoint)."""
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        request = json.loads(body)
+        with self._lock:
+            self.embedding_requests.append(request)
+            failing = self.embeddings_fail
+        if failing:
+            await self._error_json(send, 503, "embeddings unavailable", "server_error")
+            return
+        texts = request["input"] if isinstance(request["input"], list) else [request["input"]]
+        data = [
+            {"object": "embedding", "index": i, "embedding": hashed_embedding(str(t), EMBEDDING_DIMS)}
+            for i, t in enumerate(texts)
+        ]
+        usage = {
+            "prompt_tokens": sum(_words(t) for t in texts),
+            "total_tokens": sum(_words(t) for t in texts),
+        }
+        await self._json(
+            send, 200, {"object": "list", "data": data, "model": request.get("model"), "usage": usage}
+        )
 
     async def _json(self, send: Send, status: int, body: Any) -> None:
         """Send a complete JSON response."""

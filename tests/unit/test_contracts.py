@@ -109,6 +109,18 @@ def test_wildcard_grant_covers_one_kind_only() -> None:
     assert not ac.can_access("document:x")
 
 
+def test_only_a_whole_kind_is_a_wildcard() -> None:
+    ac = AcContext.model_validate(
+        {
+            **CAMEL,
+            "roles": {"acme": [{"name": "analyst", "instances": ["document:q3:*", "document_tag:pub*"]}]},
+        }
+    )
+    assert ac.can_access("document:q3:*") and ac.can_access("document_tag:pub*")
+    assert not ac.can_access("document:q3:secret")
+    assert not ac.can_access("document_tag:public")
+
+
 @pytest.mark.parametrize(
     "bad",
     [

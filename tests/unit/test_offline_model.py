@@ -58,3 +58,36 @@ async def test_streams_word_by_word_with_usage() -> None:
     for c in chunks[1:]:
         total = total + c
     assert total.usage_metadata and total.usage_metadata["output_tokens"] > 0
+
+
+def test_questions_search_the_documents_and_people_questions_the_graph() -> None:
+    tools = offered("search_documents", "lookup_entities", "database_query")
+    (search,) = plan_reply([HumanMessage(content="What is the per diem?")], tools).tool_calls
+    assert (search["name"], search["args"]) == ("search_documents", {"query": "What is the per diem?"})
+    (who,) = plan_reply([HumanMessage(content="Who is Ana Costa?")], tools).tool_calls
+    assert (who["name"], who["args"]) == ("lookup_entities", {"query": "Ana Costa"})
+    (path,) = plan_reply([HumanMessage(content="How is Ana Costa connected to Fabrikam?")], tools).tool_calls
+    assert path["args"] == {"query": "Ana Costa", "depth": 2}
+    records = plan_reply([HumanMessage(content="how many records are older than 2019?")], tools)
+    assert records.tool_calls[0]["name"] == "database_query"  # records requests keep their tools
+    assert not plan_reply(
+        [HumanMessage(content="What is the per diem?")], offered("database_query")
+    ).tool_calls
+
+
+def test_search_results_are_quoted_with_their_citations() -> None:
+    result = (
+        "2 passages from documents you may read. Cite them as [n] where you use them.\n\n"
+        "[1] Travel policy — Per diem (document travel-policy)\n"
+        "The per diem is EUR 60 for domestic trips. It covers meals.\n\n"
+        "[2] Handbook (document employee-handbook)\nWelcome to Northwind."
+    )
+    reply = plan_reply([ToolMessage(content=result, tool_call_id="x", name="search_documents")], [])
+    text = str(reply.content)
+    assert "- The per diem is EUR 60 for domestic trips. It covers meals. [1]" in text
+    assert "- Welcome to Northwind. [2]" in text
+    nothing = ToolMessage(
+        content="No passages in the documents you may read match this search.", tool_call_id="y"
+    )
+    nothing.name = "search_documents"
+    assert "No passages" in str(plan_reply([nothing], []).content)

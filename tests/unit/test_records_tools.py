@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.factories import ac
-from vagent_graph.tools import ToolContext, default_registry
-from vagent_graph.tools.records import count_older_than, ensure_records_db
+from vagent_graph.tools import Services
+from vagent_graph.tools.records import RecordsDb, count_older_than, ensure_records_db
+from vagent_graph.tools.registry import ToolContext, default_registry, result_text
 
 REG = default_registry()
 
@@ -19,11 +20,11 @@ REG = default_registry()
 def ctx(tmp_path: Path) -> ToolContext:
     db = tmp_path / "records.db"
     ensure_records_db(db)
-    return ToolContext(ac=ac(), session_id="s", records_db=db)
+    return ToolContext(ac=ac(), session_id="s", services=Services(RecordsDb(db)))
 
 
 def rows(ctx: ToolContext) -> int:
-    with sqlite3.connect(ctx.records_db) as c:
+    with sqlite3.connect(ctx.services.get(RecordsDb).path) as c:
         return int(c.execute("SELECT COUNT(*) FROM records").fetchone()[0])
 
 
@@ -55,9 +56,9 @@ async def test_database_query_cannot_write(ctx: ToolContext, sql: str, tmp_path:
     tool = REG.get("database_query")
     assert tool is not None
     before = rows(ctx)
-    out = await tool.run(tool.args_model(sql=sql.format(tmp=tmp_path)), ctx, None)
+    out = result_text(await tool.run(tool.args_model(sql=sql.format(tmp=tmp_path)), ctx, None))
     if sql.startswith("PRAGMA"):  # it may "run", but the connection stays read-only
-        out = await tool.run(tool.args_model(sql="DELETE FROM records"), ctx, None)
+        out = result_text(await tool.run(tool.args_model(sql="DELETE FROM records"), ctx, None))
     assert out.startswith("Query failed"), out
     assert rows(ctx) == before
     assert not (tmp_path / "evil.db").exists()
@@ -66,16 +67,18 @@ async def test_database_query_cannot_write(ctx: ToolContext, sql: str, tmp_path:
 async def test_database_query_answers_a_table(ctx: ToolContext) -> None:
     tool = REG.get("database_query")
     assert tool is not None
-    out = await tool.run(
-        tool.args_model(
-            sql="SELECT customer, COUNT(*) AS n FROM records GROUP BY customer ORDER BY customer"
-        ),
-        ctx,
-        None,
+    out = result_text(
+        await tool.run(
+            tool.args_model(
+                sql="SELECT customer, COUNT(*) AS n FROM records GROUP BY customer ORDER BY customer"
+            ),
+            ctx,
+            None,
+        )
     )
     lines = out.splitlines()
     assert lines[0] == "customer | n" and len(lines) == 2 + 12
-    big = await tool.run(tool.args_model(sql="SELECT * FROM records"), ctx, None)
+    big = result_text(await tool.run(tool.args_model(sql="SELECT * FROM records"), ctx, None))
     assert "only the first 50 rows" in big
 
 
@@ -83,7 +86,7 @@ async def test_delete_question_states_the_real_count(ctx: ToolContext) -> None:
     tool = REG.get("delete_records")
     assert tool is not None and tool.ask is not None
     args = tool.args_model(older_than="2019-01-01")
-    n = count_older_than(ctx.records_db, date(2019, 1, 1))
+    n = count_older_than(ctx.services.get(RecordsDb).path, date(2019, 1, 1))
     q = await tool.ask(args, ctx)
     assert q is not None and q.text == f"Delete {n} records older than 2019-01-01?"
     assert q.options == ["yes", "no"] and q.kind == "confirm"

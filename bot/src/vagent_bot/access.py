@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import aiohttp
@@ -43,6 +43,39 @@ def _role_grants_agent(ac: AcContext, agent_id: str) -> bool:
 def agent_allowed(ac: AcContext, agent_id: str) -> bool:
     """The layer-1 rule: an active role grants `agent:{agent_id}`, or the user is a superuser."""
     return _role_grants_agent(ac, agent_id) or ac.is_superuser()
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """What one provider call yielded. `ac` set: a valid answer about the user asked about.
+    Otherwise `reason` says why not; `kind` is set when the provider misbehaved (not a 403/404)."""
+
+    ac: AcContext | None
+    reason: str = "answered"
+    kind: str | None = None
+    exc: BaseException | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @staticmethod
+    def failed(reason: str, kind: str | None, exc: BaseException | None = None, **extra: object) -> _Fetched:
+        return _Fetched(None, reason, kind, exc, extra)
+
+
+def _validated(user_id: str, status: int, raw: bytes) -> _Fetched:
+    """The provider's answer, trusted only if it is a valid AcContext about `user_id`."""
+    if status in (403, 404):
+        return _Fetched.failed(PROVIDER_DENIED, None, status=status)
+    if status != 200:
+        return _Fetched.failed(PROVIDER_ERROR, f"http_{status // 100}xx", status=status)
+    try:
+        ac = AcContext.model_validate_json(raw)
+    except ValidationError as exc:
+        return _Fetched.failed(
+            BAD_PROVIDER_ANSWER, "bad_answer", status=200, problems=exc.error_count(), body_bytes=len(raw)
+        )
+    if ac.user_id != user_id:
+        return _Fetched.failed(BAD_PROVIDER_ANSWER, "user_mismatch", status=200, answered_user_id=ac.user_id)
+    return _Fetched(ac)
 
 
 @dataclass(frozen=True)
@@ -90,10 +123,50 @@ class AccessProvider:
 
     async def check(self, user_id: str, domain: str) -> AccessResult:
         """May `user_id` use the agent in `domain`? Every failure answers `allowed=False`."""
+        got = await self._fetch(user_id, domain)
+        if got.kind is not None:
+            return self._unavailable(user_id, domain, got.reason, got.kind, got.exc, **got.extra)
+        if got.ac is None:
+            return self._decide(user_id, domain, PROVIDER_DENIED, None, **got.extra)
+        ac = got.ac
+        if ac.active_acl_domain != domain:
+            log.warning(
+                "acp_domain_differs", user_id=user_id, domain=domain, active_acl_domain=ac.active_acl_domain
+            )
+        if _role_grants_agent(ac, self.agent_id):
+            return self._decide(user_id, domain, GRANTED, ac)
+        if ac.is_superuser():
+            return self._decide(user_id, domain, SUPERUSER, ac)
+        return self._decide(user_id, domain, NO_AGENT_GRANT, ac, active_roles=ac.active_roles)
+
+    async def context(self, user_id: str, domain: str) -> AcContext | None:
+        """`user_id`'s AcContext in `domain`, or None when the provider gives no usable answer.
+
+        For what another room member may READ, not whether they may use the agent: no access
+        decision, no `access_denied` audit line (they did not ask for anything). Provider
+        failures still count in `vagent_bot_acp_errors_total`: they are the provider's health.
+        """
+        got = await self._fetch(user_id, domain)
+        if got.kind is not None:
+            ACP_ERRORS.labels(got.kind).inc()
+        if got.ac is None:
+            log.debug(
+                "acp_context_unavailable",
+                user_id=user_id,
+                domain=domain,
+                reason=got.reason,
+                kind=got.kind,
+                error_type=type(got.exc).__name__ if got.exc else None,
+                **got.extra,
+            )
+        return got.ac
+
+    async def _fetch(self, user_id: str, domain: str) -> _Fetched:
+        """One call to the provider and the validation of its answer; no decision, no logging."""
         try:
             body = AuthenticateRequest(user_id=user_id, domain=domain).model_dump()
         except ValidationError as exc:  # an empty user or domain is a caller bug: deny, do not raise
-            return self._unavailable(user_id, domain, PROVIDER_ERROR, "bad_request", exc)
+            return _Fetched.failed(PROVIDER_ERROR, "bad_request", exc)
         start = time.perf_counter()
         try:
             async with (
@@ -109,55 +182,12 @@ class AccessProvider:
                 status = resp.status
                 raw = await resp.read()  # the whole body, within the timeout
         except TimeoutError as exc:  # also asyncio.TimeoutError and aiohttp's timeout errors
-            return self._unavailable(user_id, domain, PROVIDER_TIMEOUT, "timeout", exc)
+            return _Fetched.failed(PROVIDER_TIMEOUT, "timeout", exc)
         except Exception as exc:  # connection refused, DNS, protocol error, bad URL: fail closed
-            return self._unavailable(user_id, domain, PROVIDER_ERROR, "transport", exc)
+            return _Fetched.failed(PROVIDER_ERROR, "transport", exc)
         finally:
             ACP_SECONDS.observe(time.perf_counter() - start)
-
-        if status in (403, 404):
-            return self._decide(user_id, domain, PROVIDER_DENIED, None, status=status)
-        if status != 200:
-            return self._unavailable(
-                user_id,
-                domain,
-                PROVIDER_ERROR,
-                f"http_{status // 100}xx",
-                None,
-                status=status,
-            )
-        try:
-            ac = AcContext.model_validate_json(raw)
-        except ValidationError as exc:
-            return self._unavailable(
-                user_id,
-                domain,
-                BAD_PROVIDER_ANSWER,
-                "bad_answer",
-                None,
-                status=200,
-                problems=exc.error_count(),
-                body_bytes=len(raw),
-            )
-        if ac.user_id != user_id:
-            return self._unavailable(
-                user_id,
-                domain,
-                BAD_PROVIDER_ANSWER,
-                "user_mismatch",
-                None,
-                status=200,
-                answered_user_id=ac.user_id,
-            )
-        if ac.active_acl_domain != domain:
-            log.warning(
-                "acp_domain_differs", user_id=user_id, domain=domain, active_acl_domain=ac.active_acl_domain
-            )
-        if _role_grants_agent(ac, self.agent_id):
-            return self._decide(user_id, domain, GRANTED, ac)
-        if ac.is_superuser():
-            return self._decide(user_id, domain, SUPERUSER, ac)
-        return self._decide(user_id, domain, NO_AGENT_GRANT, ac, active_roles=ac.active_roles)
+        return _validated(user_id, status, raw)
 
     def _decide(
         self, user_id: str, domain: str, reason: str, ac: AcContext | None, **extra: object

@@ -2,7 +2,8 @@
 
 Per event, in order: claim it exactly once (`sync`), then in the session's queue:
 pending question? (`questions`) -> addressed to the bot? -> tenant domain -> agent access
-(silent denial, fail closed) -> command / flood / length -> stream the graph's answer.
+(silent denial, fail closed) -> command / flood / length -> stream the graph's answer, with
+the room's audience (`audience`: who else reads it) resolved once access is granted.
 This module is the glue: the lifecycle, that order, and relaying the graph's stream.
 """
 
@@ -19,6 +20,7 @@ from redis.asyncio import Redis
 
 from vagent_bot import matrix, metrics
 from vagent_bot.access import AccessProvider, AccessResult
+from vagent_bot.audience import RoomAudience, audience_applies, joined_members
 from vagent_bot.commands import help_text, parse_command
 from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
@@ -41,6 +43,7 @@ from vagent_shared.events import (
     TextFinal,
 )
 from vagent_shared.hitl import PendingQuestion, format_question
+from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
 from vagent_shared.settings import BotSettings
 from vagent_shared.wire import ProcessMessageRequest
@@ -75,11 +78,19 @@ class VagentBot:
             on_invite=self._on_invite,
             spawn=self._spawn,
         )
+        self.audience = RoomAudience(
+            list_joined=lambda room_id: joined_members(client, room_id),
+            fetch=access.context,
+            max_members=settings.AUDIENCE_MAX_MEMBERS,
+            concurrency=settings.AUDIENCE_CONCURRENCY,
+            timeout=settings.ACP_TIMEOUT_SECONDS,
+        )
         self.questions = Questions(
             self.hitl,
             graph,
             self.workers,
             check_access=self._check_access,
+            resolve_audience=self._audience,
             new_answer=self._new_answer,
             converse=self._converse,
         )
@@ -190,16 +201,30 @@ class VagentBot:
         decision = self._decide(msg, is_dm=is_dm, replied_to=replied_to, in_thread=in_thread)
         log.debug("message", session_id=sid.format(), decision=decision.reason, body=msg.body)
 
-        # The provider is the slowest step before the graph: ask it while Redis answers.
+        # The provider is the slowest step before the graph: ask it (about the sender, and
+        # about the room's other members) while Redis answers. A DM starts no audience at all.
         early = (
             asyncio.ensure_future(self._check_access(msg.room_id, msg.sender)) if decision.answer else None
         )
+        audience = self._start_audience(msg.room_id, msg.sender, is_dm, early) if early else None
         try:
-            pending = await self.hitl.peek(sid.format())
-        except BaseException:
-            if early is not None:
-                early.cancel()
-            raise
+            await self._route(msg, sid, decision, is_dm, early, audience)
+        finally:
+            for pending_work in (early, audience):
+                if pending_work is not None and not pending_work.done():
+                    pending_work.cancel()
+
+    async def _route(
+        self,
+        msg: IncomingMessage,
+        sid: SessionId,
+        decision: Decision,
+        is_dm: bool,
+        early: asyncio.Future[AccessResult | None] | None,
+        audience: asyncio.Future[Audience | None] | None,
+    ) -> None:
+        """A pending question's answer, or a new request; `early`/`audience` already under way."""
+        pending = await self.hitl.peek(sid.format())
         if pending is not None:
             await self.questions.answer_pending(
                 msg,
@@ -209,6 +234,7 @@ class VagentBot:
                 or is_dm
                 or (msg.thread_root is not None and msg.thread_root == pending.thread_root),
                 early_access=early,
+                early_audience=audience,
             )
             return
         if early is None:
@@ -218,17 +244,28 @@ class VagentBot:
         if access is None:
             return
         metrics.EVENTS.labels("answered").inc()
+        await self._answer_request(msg, sid, decision.text, access, audience)
+
+    async def _answer_request(
+        self,
+        msg: IncomingMessage,
+        sid: SessionId,
+        text: str,
+        access: AccessResult,
+        audience: asyncio.Future[Audience | None] | None,
+    ) -> None:
+        """A message the user may send: a command, a refusal (flood, length) or the graph's answer."""
         answer = self._answer_for(msg)
-        command = parse_command(decision.text)
+        command = parse_command(text)
         if command is not None:
             await self._command(command.name, sid, answer)
             return
         if not await self.flood.allow(msg.sender):
             await answer.notice("⏳ You're sending messages too fast. Please wait a moment.")
             return
-        if len(decision.text) > self.s.MAX_MESSAGE_CHARS:
+        if len(text) > self.s.MAX_MESSAGE_CHARS:
             await answer.notice(
-                f"✋ That message is too long ({len(decision.text)} characters; "
+                f"✋ That message is too long ({len(text)} characters; "
                 f"the limit is {self.s.MAX_MESSAGE_CHARS}). Please shorten it."
             )
             return
@@ -236,14 +273,41 @@ class VagentBot:
             session_id=sid.format(),
             room_id=msg.room_id,
             user_id=msg.sender,
-            message=decision.text,
+            message=text,
             context={
                 "event_id": msg.event_id,
                 **({"thread_root": msg.thread_root} if msg.thread_root else {}),
             },
             ac_context=access.ac,  # type: ignore[arg-type]
+            audience=await audience if audience is not None else None,
         )
         await self._converse(sid, answer, lambda: self.graph.process_message(req), msg.server_ts / 1000)
+
+    def _start_audience(
+        self, room_id: str, sender: str, is_dm: bool, access: asyncio.Future[AccessResult | None]
+    ) -> asyncio.Task[Audience | None] | None:
+        """The audience, resolving in the background once `access` allows the sender (a denied
+        sender must not make the bot ask the provider about a whole room); None (no task, no
+        I/O) when there is none."""
+        if not audience_applies(is_dm=is_dm, enabled=self.s.AUDIENCE_FILTER == "on"):
+            return None
+
+        async def once_allowed() -> Audience | None:
+            if await asyncio.shield(access) is None:
+                return None
+            return await self._audience(room_id, sender)
+
+        return asyncio.ensure_future(once_allowed())
+
+    async def _audience(self, room_id: str, sender: str) -> Audience | None:
+        """Who else reads an answer to `sender` here, resolved afresh: None in a DM or with
+        AUDIENCE_FILTER=off (returned at once, without I/O)."""
+        if not audience_applies(is_dm=self._is_dm(room_id), enabled=self.s.AUDIENCE_FILTER == "on"):
+            return None
+        domain = await self.tenants.domain(room_id)
+        if domain is None:
+            return None  # no tenant: the access check denies this message, nothing is sent
+        return await self.audience.resolve(room_id, bot=self.me, sender=sender, domain=domain)
 
     async def _check_access(self, room_id: str, user_id: str) -> AccessResult | None:
         """Layer 1. Denied, or no tenant: None, and the caller stays silent."""

@@ -27,3 +27,22 @@ FLOOD_REJECTED = Counter("vagent_bot_flood_rejected_total", "Messages refused by
 ACTIVE_RUNS = Gauge("vagent_bot_active_runs", "Answers being produced")
 SYNC_SECONDS = Histogram("vagent_bot_sync_seconds", "Processing time of one sync response")
 LAST_SYNC = Gauge("vagent_bot_last_sync_timestamp_seconds", "When the last sync was processed")
+AUDIENCE_MEMBERS = Histogram(
+    "vagent_bot_audience_members",
+    "Joined members of a group room whose audience was resolved (the bot and the sender included)",
+    buckets=(2, 3, 5, 10, 20, 50, 100, 250, 1000),
+)
+AUDIENCE_UNRESOLVED = Counter(
+    "vagent_bot_audience_unresolved_total",
+    "Room members whose AcContext could not be fetched (the graph lets them read nothing)",
+)
+AUDIENCE_FALLBACKS = Counter(
+    "vagent_bot_audience_fallbacks_total",
+    "Audiences reduced to public documents only",
+    ["reason"],  # too_many_members, listing_failed
+)
+AUDIENCE_SECONDS = Histogram(
+    "vagent_bot_audience_seconds",
+    "Time to resolve a group room's audience (member listing and provider lookups)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)

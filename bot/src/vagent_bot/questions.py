@@ -2,8 +2,10 @@
 
 Only the asking user's answer counts, after the same access check as any message; the
 question is taken from Redis exactly once (another process or a double click loses), and
-the answer resumes the graph run, streamed like any other answer. The asking side (saving
-the question when the graph sends one) is part of relaying the graph's answer.
+the answer resumes the graph run, streamed like any other answer. The room's audience is
+resolved afresh for the answer: people may have joined or left while the question waited.
+The asking side (saving the question when the graph sends one) is part of relaying the
+graph's answer.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from vagent_bot.routing import IncomingMessage
 from vagent_bot.sessions import SessionWorkers
 from vagent_shared.events import SSEEvent
 from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
+from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
 from vagent_shared.wire import FeedbackRequest
 
@@ -31,13 +34,15 @@ log = structlog.get_logger(__name__)
 
 OpenStream = Callable[[], AsyncIterator[SSEEvent]]
 CheckAccess = Callable[[str, str], Coroutine[Any, Any, AccessResult | None]]
+ResolveAudience = Callable[[str, str], Coroutine[Any, Any, Audience | None]]
 NewAnswer = Callable[[str, str | None, str | None], Answer]
 Converse = Callable[[SessionId, Answer, OpenStream, float], Coroutine[Any, Any, None]]
 
 
 class Questions:
-    """`check_access(room_id, user_id)`, `new_answer(room_id, thread_root, reply_to)` and
-    `converse(sid, answer, open_stream, sent_at)` are the bot's, shared with new messages."""
+    """`check_access(room_id, user_id)`, `resolve_audience(room_id, user_id)`,
+    `new_answer(room_id, thread_root, reply_to)` and `converse(sid, answer, open_stream,
+    sent_at)` are the bot's, shared with new messages."""
 
     def __init__(
         self,
@@ -46,11 +51,13 @@ class Questions:
         workers: SessionWorkers,
         *,
         check_access: CheckAccess,
+        resolve_audience: ResolveAudience,
         new_answer: NewAnswer,
         converse: Converse,
     ) -> None:
         self.hitl, self.graph, self.workers = hitl, graph, workers
         self._check_access, self._new_answer, self._converse = check_access, new_answer, converse
+        self._resolve_audience = resolve_audience
 
     async def answer_pending(
         self,
@@ -59,10 +66,14 @@ class Questions:
         text: str,
         addressed: bool,
         early_access: asyncio.Future[AccessResult | None] | None = None,
+        early_audience: asyncio.Future[Audience | None] | None = None,
     ) -> None:
-        """`early_access`: the access check already under way for this message, if any."""
+        """`early_access`, `early_audience`: the access check and the audience already under
+        way for this message, if any."""
         answer = normalize_answer(text, pending.options)
         if answer is None:
+            if early_audience is not None:
+                early_audience.cancel()  # no graph call follows
             if not addressed:
                 if early_access is not None:
                     early_access.cancel()
@@ -85,6 +96,7 @@ class Questions:
             reply_to=msg.event_id,
             sent_at=msg.server_ts / 1000,
             early_access=early_access,
+            early_audience=early_audience,
         )
 
     async def on_reaction(self, room_id: str, src: dict[str, Any]) -> None:
@@ -117,9 +129,10 @@ class Questions:
         reply_to: str | None,
         sent_at: float,
         early_access: asyncio.Future[AccessResult | None] | None = None,
+        early_audience: asyncio.Future[Audience | None] | None = None,
     ) -> None:
         structlog.contextvars.bind_contextvars(session_id=pending.session_id)
-        access = await (early_access or self._check_access(room_id, user_id))
+        access, audience = await self._access_and_audience(room_id, user_id, early_access, early_audience)
         if access is None:
             return
         if await self.hitl.consume(pending.session_id) is None:
@@ -131,8 +144,25 @@ class Questions:
             response=answer,
             interrupt_id=pending.interrupt_id,
             ac_context=access.ac,
+            audience=audience,
         )
         target = self._new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
         await self._converse(
             SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
         )
+
+    async def _access_and_audience(
+        self,
+        room_id: str,
+        user_id: str,
+        early_access: asyncio.Future[AccessResult | None] | None,
+        early_audience: asyncio.Future[Audience | None] | None,
+    ) -> tuple[AccessResult | None, Audience | None]:
+        """Both at once; the audience is awaited only for a user who may answer at all."""
+        audience = early_audience or asyncio.ensure_future(self._resolve_audience(room_id, user_id))
+        try:
+            access = await (early_access or self._check_access(room_id, user_id))
+            return access, (await audience if access is not None else None)
+        finally:
+            if not audience.done():
+                audience.cancel()

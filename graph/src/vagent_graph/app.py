@@ -25,19 +25,22 @@ from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
-from vagent_graph import locked_read, metrics
+from vagent_graph import admin, locked_read, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.json_route import JsonBodyRoute
+from vagent_graph.knowledge.doc_store import DocumentStore
+from vagent_graph.knowledge.embeddings import Embedder, make_embedder
+from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.llm import make_chat_model, model_name
-from vagent_graph.middleware import API_PREFIX, RequestMiddleware
+from vagent_graph.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.outbox import Pacing
 from vagent_graph.runner import Run, durability_for
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import CachingRedisSerializer, checkpoint_key, end_of_run
-from vagent_graph.tools import ToolRegistry, default_registry
-from vagent_graph.tools.records import ensure_records_db
+from vagent_graph.tools import Services, ToolRegistry, default_registry
+from vagent_graph.tools.records import RecordsDb, ensure_records_db
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error, install_error_handlers
@@ -77,6 +80,8 @@ class Runtime:
     checkpointer: AsyncShallowRedisSaver
     graph: CompiledStateGraph[Any]
     started: float
+    #: What tools (and the admin API) use: the records DB, the document and entity stores.
+    services: Services
 
 
 #: What the streaming routes answer instead of a stream (all with an ErrorResponse body).
@@ -97,8 +102,10 @@ async def open_runtime(
     registry: ToolRegistry,
     chat_model: BaseChatModel,
     label: str,
+    embedder: Embedder | None = None,
 ) -> AsyncIterator[Runtime]:
-    """Redis, the checkpointer and the compiled graph, exactly as the service runs them."""
+    """Redis, the checkpointer, the knowledge stores and the compiled graph, exactly as the
+    service runs them. The embedding model loads on its first use, not here."""
     ensure_records_db(settings.RECORDS_DB_PATH)
     redis = Redis.from_url(
         settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
@@ -111,14 +118,19 @@ async def open_runtime(
         )
         saver.serde = CachingRedisSerializer()
         await saver.asetup()
-        deps = Deps(
-            registry=registry,
-            agent=agent,
-            llm=chat_model,
-            model_label=label,
-            records_db=settings.RECORDS_DB_PATH,
+        services = Services(
+            RecordsDb(settings.RECORDS_DB_PATH),
+            DocumentStore(
+                redis,
+                embedder or make_embedder(settings),
+                settings.DOCS_INDEX,
+                settings.DOCS_VECTOR_ALGORITHM,
+                settings.SEARCH_TOP_K,
+            ),
+            EntityStore(redis, settings.ENTITY_GRAPH),
         )
-        yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic())
+        deps = Deps(registry=registry, agent=agent, llm=chat_model, model_label=label, services=services)
+        yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
     finally:
         await redis.aclose()
 
@@ -148,12 +160,14 @@ def document_token(app: FastAPI) -> None:
                 title=app.title, version=app.version, description=app.description, routes=app.routes
             )
             schema.setdefault("components", {})["securitySchemes"] = {
-                "GraphApiToken": {"type": "http", "scheme": "bearer", "description": "GRAPH_API_TOKEN"}
+                "GraphApiToken": {"type": "http", "scheme": "bearer", "description": "GRAPH_API_TOKEN"},
+                "GraphAdminToken": {"type": "http", "scheme": "bearer", "description": "GRAPH_ADMIN_TOKEN"},
             }
             for path, operations in schema["paths"].items():
-                if path.startswith(API_PREFIX):
+                scheme = "GraphApiToken" if path.startswith(API_PREFIX) else "GraphAdminToken"
+                if path.startswith((API_PREFIX, ADMIN_PREFIX)):
                     for operation in operations.values():
-                        operation["security"] = [{"GraphApiToken": []}]
+                        operation["security"] = [{scheme: []}]
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -176,13 +190,14 @@ def create_app(
     if unknown:
         raise ValueError(f"agent {agent.id!r} enables unknown tools: {unknown}")
     chat_model = llm or make_chat_model(settings, agent)
+    embedder = make_embedder(settings)  # a bad EMBEDDINGS_* setting fails here, at start
     label = chat_model.model_name if isinstance(chat_model, OfflineChatModel) else model_name(settings, agent)
     token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else ""
     pacing = Pacing(settings.SSE_FLUSH_INTERVAL_MS / 1000, settings.SSE_KEEPALIVE_SECONDS)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_runtime(settings, agent, registry, chat_model, label) as runtime:
+        async with open_runtime(settings, agent, registry, chat_model, label, embedder) as runtime:
             app.state.rt = runtime
             tune_gc()
             log.info(
@@ -203,7 +218,13 @@ def create_app(
         lifespan=lifespan,
     )
     app.router.route_class = JsonBodyRoute  # a JSON body straight into its model
-    app.add_middleware(RequestMiddleware, max_bytes=settings.MAX_REQUEST_BYTES, token=token)
+    app.add_middleware(
+        RequestMiddleware,
+        max_bytes=settings.MAX_REQUEST_BYTES,
+        token=token,
+        admin_max_bytes=settings.MAX_INGEST_BYTES,
+    )
+    app.include_router(admin.router)
     document_token(app)
 
     def rt(request: Request) -> Runtime:
@@ -355,7 +376,7 @@ def create_app(
         # once it is held (Run, locked_read.py).
         run = Run(
             r.graph,
-            new_turn_input(body.message, body.ac_context),
+            new_turn_input(body.message, body.ac_context, body.audience),
             run_config(sid),
             r.settings.RUN_TIMEOUT_SECONDS,
             gate=lambda: acquire(r, sid),
@@ -406,8 +427,12 @@ def create_app(
             raise api_error(409, "stale_question", "That question is no longer pending.")
         metrics.HITL_RESUMES.labels("answered").inc()
         log.info("submit_feedback", chars=len(body.response))
-        update = {"ac_context": body.ac_context.to_wire()} if body.ac_context else None
-        command: Command[Any] = Command(resume=body.response, update=update)
+        update: dict[str, Any] = {}
+        if body.ac_context:
+            update["ac_context"] = body.ac_context.to_wire()
+        if body.audience:
+            update["audience"] = body.audience.model_dump(mode="json", by_alias=True)
+        command: Command[Any] = Command(resume=body.response, update=update or None)
         cfg = run_config(body.session_id)
 
         run = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, pacing=pacing)

@@ -26,6 +26,8 @@ def payload_too_large() -> HTTPException:
 
 #: Every path under this prefix needs the service token, including ones no route matches.
 API_PREFIX = "/api/"
+#: The admin API (documents for ingestion): its own token (admin.py) and body limit.
+ADMIN_PREFIX = "/admin/"
 
 log = structlog.get_logger(__name__)
 
@@ -39,11 +41,13 @@ def token_matches(authorization: bytes | None, token: bytes) -> bool:
 class RequestMiddleware:
     """Per request: a fresh log context; 401 for an `/api/` request without the service
     token (`token` empty: GRAPH_INSECURE_DEV, no check); 413 for bodies over the limit
-    (announced or streamed); both before anything parses the body. And the request
+    (`admin_max_bytes` under /admin/, where documents are uploaded; announced or
+    streamed); both before anything parses the body. And the request
     metrics. Pure ASGI: cheap, and no route can be added without the token check."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, token: str = "") -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, token: str = "", admin_max_bytes: int = 0) -> None:
         self.app, self.max_bytes, self.token = app, max_bytes, token.encode()
+        self.admin_max_bytes = admin_max_bytes or max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,8 +62,9 @@ class RequestMiddleware:
                 _refused(scope, authorization is not None)
                 await _send_error(send, 401, "unauthorized", "Missing or invalid service token.")
                 return
+        max_bytes = self.admin_max_bytes if scope["path"].startswith(ADMIN_PREFIX) else self.max_bytes
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+        if length is not None and length.isdigit() and int(length) > max_bytes:
             await _send_error(send, 413, *TOO_LARGE)
             return
         seen, start, status, streaming = 0, time.perf_counter(), 500, False
@@ -78,7 +83,7 @@ class RequestMiddleware:
             nonlocal seen
             msg = await receive()
             seen += len(msg.get("body", b""))
-            if seen > self.max_bytes:
+            if seen > max_bytes:
                 raise payload_too_large()
             return msg
 

@@ -1,8 +1,10 @@
 """A tiny deterministic chat model so `make run` works with no LLM configured.
 
 It says it is offline, routes a few obvious requests to the tools it was OFFERED
-(so access filtering stays visible), summarises tool results, and otherwise says
-what it can do. It streams word by word and reports token usage like a real model.
+(so access filtering stays visible): records requests to the records tools, "who is X?"
+to lookup_entities, other questions to search_documents, whose passages it quotes with
+their [n] citations. It summarises tool results, and otherwise says what it can do. It
+streams word by word and reports token usage like a real model.
 """
 
 from __future__ import annotations
@@ -34,6 +36,22 @@ _OLDER = re.compile(rf"\b(older than|before)\s+{_DATE}", re.I)
 _COUNT = re.compile(r"\b(how many|count|number of)\b.*\brecords?\b", re.I)
 _LIST = re.compile(r"\b(list|show)\b.*\brecords?\b", re.I)
 _WHICH_DB = re.compile(r"\b(which database|ask me)\b", re.I)
+_ENTITY = re.compile(
+    r"^\s*(?:who is|who's|who works on|who leads|who runs|what is connected to|what is related to)\s+"
+    r"(?P<name>.+?)[\s?.!]*$",
+    re.I,
+)
+_CONNECTED = re.compile(
+    r"^\s*how (?:is|are) (?P<name>.+?) (?:connected|related|linked) to .+?[\s?.!]*$", re.I
+)
+_QUESTION = re.compile(
+    r"\?\s*$|^\s*(what|who|where|when|why|how|which|is|are|do|does|can|should|tell me|find|search|"
+    r"look up|show me|explain|summari[sz]e)\b",
+    re.I,
+)
+_PASSAGE = re.compile(r"^\[(\d+)\] .*\n((?:.+\n?)+)", re.M)
+#: How much of each passage the offline model quotes.
+QUOTE_CHARS = 240
 
 
 def _iso(d: str) -> str:
@@ -53,6 +71,8 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
     offered = _tool_names(tools)
     last = messages[-1] if messages else HumanMessage(content="")
     if isinstance(last, ToolMessage):
+        if last.name == "search_documents":
+            return AIMessage(content=PREFIX + quote_passages(str(last.content)))
         return AIMessage(content=PREFIX + str(last.content))
     text = str(last.content)
 
@@ -80,7 +100,34 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
         )
     if _WHICH_DB.search(text):
         return call("ask_user", {"question": "Which database?", "options": ["production", "staging"]})
+    if (m := _CONNECTED.search(text)) and "lookup_entities" in offered:
+        return call("lookup_entities", {"query": m.group("name")[:200], "depth": 2})
+    if (m := _ENTITY.search(text)) and "lookup_entities" in offered:
+        return call("lookup_entities", {"query": m.group("name")[:200]})
+    if _QUESTION.search(text) and "search_documents" in offered:
+        return call("search_documents", {"query": text.strip()[:500]})
     return AIMessage(content=PREFIX + _help(offered))
+
+
+def _first_sentences(text: str, limit: int = QUOTE_CHARS) -> str:
+    """The beginning of a passage, cut at a sentence end when one is near the limit."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
+    return cut[: end + 1] if end > limit // 3 else cut.rsplit(" ", 1)[0] + " …"
+
+
+def quote_passages(result: str, most: int = 3) -> str:
+    """What the offline model says about search results: the first passages, quoted
+    with their citation numbers (it cannot reason about them)."""
+    passages = _PASSAGE.findall(result)
+    if not passages:
+        return result.split("\n", 1)[0]
+    lines = ["From the documents you may read:"]
+    lines += [f"- {_first_sentences(body)} [{n}]" for n, body in passages[:most]]
+    return "\n".join(lines)
 
 
 def _help(offered: set[str]) -> str:
@@ -91,6 +138,8 @@ def _help(offered: set[str]) -> str:
         "database_query": '- count or list records: "how many records are older than 2020?"',
         "delete_records": '- delete old records, after you confirm: "delete records older than 2020"',
         "ask_user": '- ask you a clarifying question: "which database?"',
+        "search_documents": '- search the documents you may read: "what is the travel policy?"',
+        "lookup_entities": '- look up people, teams and projects: "who is Dana Lee?"',
     }
     usable = [examples[n] for n in examples if n in offered]
     if usable:

@@ -11,7 +11,6 @@ question-building code, never an already executed tool.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import structlog
@@ -28,10 +27,13 @@ from pydantic import ValidationError
 from vagent_graph import metrics
 from vagent_graph.access import check_invocation, visible_tools
 from vagent_graph.agent import AgentDescriptor
+from vagent_graph.citations import artifact_for, turn_sources, with_sources
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm
 from vagent_graph.hitl import ask_human
-from vagent_graph.tools.registry import Question, ToolContext, ToolRegistry
+from vagent_graph.runner import text_of
+from vagent_graph.tools.registry import Question, Services, ToolContext, ToolRegistry, ToolResult
 from vagent_shared.access import AcContext
+from vagent_shared.knowledge import Audience
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +42,8 @@ class AgentState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     #: The AcContext of the current request (camelCase JSON); replaced by every request.
     ac_context: dict[str, Any]
+    #: Who else reads the answer (vagent_shared.knowledge.Audience JSON); None in a DM.
+    audience: dict[str, Any] | None
     llm_calls: int
     stopped: bool
 
@@ -50,7 +54,7 @@ class Deps:
     agent: AgentDescriptor
     llm: BaseChatModel
     model_label: str
-    records_db: Path
+    services: Services
 
 
 def pending_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -97,6 +101,10 @@ class Workflow:
         if ai.usage_metadata:
             metrics.LLM_TOKENS.labels(d.model_label, "input").inc(ai.usage_metadata["input_tokens"])
             metrics.LLM_TOKENS.labels(d.model_label, "output").inc(ai.usage_metadata["output_tokens"])
+        if not ai.tool_calls:
+            sources = turn_sources(state.get("messages", []))
+            if sources:  # the final answer names the documents it used
+                ai = ai.model_copy(update={"content": with_sources(text_of(ai), sources)})
         out: list[Any] = [ai]
         if not ai.tool_calls:
             out += removals_to_bound([*state.get("messages", []), ai], d.agent.history.max_messages)
@@ -107,9 +115,14 @@ class Workflow:
         if not pending:
             return {}
         call = pending[0]
-        ac = AcContext.model_validate(state.get("ac_context") or {})
-        session_id = str(config.get("configurable", {}).get("thread_id", ""))
-        result, cancelled = await self._execute(call, ac, session_id)
+        ctx = ToolContext(
+            ac=AcContext.model_validate(state.get("ac_context") or {}),
+            session_id=str(config.get("configurable", {}).get("thread_id", "")),
+            services=self.d.services,
+            audience=Audience.model_validate(state["audience"]) if state.get("audience") else None,
+            sources=turn_sources(state.get("messages", [])),
+        )
+        result, cancelled = await self._execute(call, ctx)
         if cancelled:
             rest = [
                 ToolMessage(content=CANCELLED_TOOL_RESULT, tool_call_id=c["id"], name=c["name"])
@@ -118,12 +131,18 @@ class Workflow:
             return {"messages": [result, *rest], "stopped": True}
         return {"messages": [result]}
 
-    async def _execute(
-        self, call: dict[str, Any], ac: AcContext, session_id: str
-    ) -> tuple[ToolMessage, bool]:
-        d, name, call_id = self.d, str(call.get("name", "")), str(call.get("id", ""))
+    async def _execute(self, call: dict[str, Any], ctx: ToolContext) -> tuple[ToolMessage, bool]:
+        d, name, call_id, ac = self.d, str(call.get("name", "")), str(call.get("id", "")), ctx.ac
 
-        def reply(text: str, status: str = "success") -> ToolMessage:
+        def reply(text: str | ToolResult, status: str = "success") -> ToolMessage:
+            if isinstance(text, ToolResult):
+                return ToolMessage(
+                    content=text.text,
+                    tool_call_id=call_id,
+                    name=name,
+                    status=status,
+                    artifact=artifact_for(text.sources),
+                )
             return ToolMessage(content=text, tool_call_id=call_id, name=name, status=status)
 
         decision = check_invocation(name, d.registry, d.agent, ac)
@@ -143,7 +162,6 @@ class Workflow:
             metrics.TOOL_CALLS.labels(name, "invalid_args").inc()
             errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             return reply(f"Invalid arguments for {name}: {errs}", "error"), False
-        ctx = ToolContext(ac=ac, session_id=session_id, records_db=d.records_db)
 
         # A tool with its own `ask` decides (None: nothing to confirm, e.g. 0 rows to delete);
         # other tools that need confirmation get a generic yes/no question.
@@ -194,11 +212,12 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any] | None) -> Co
     return g.compile(checkpointer=checkpointer)
 
 
-def new_turn_input(message: str, ac: AcContext) -> dict[str, Any]:
-    """The graph input for one user message."""
+def new_turn_input(message: str, ac: AcContext, audience: Audience | None = None) -> dict[str, Any]:
+    """The graph input for one user message, who sends it and who else reads the answer."""
     return {
         "messages": [HumanMessage(content=message)],
         "ac_context": ac.to_wire(),
+        "audience": audience.model_dump(mode="json", by_alias=True) if audience else None,
         "llm_calls": 0,
         "stopped": False,
     }

@@ -70,10 +70,12 @@ def entity_tag(name: str) -> str:
 
 
 def instance_matches(granted: str, wanted: str) -> bool:
-    """A grant is an exact instance or a kind wildcard such as `tool:*`."""
+    """A grant is an exact instance or a kind wildcard such as `tool:*`. Nothing else is a
+    pattern: `document:q3:*` grants only the document whose id is literally `q3:*`."""
     if granted == wanted:
         return True
-    return granted.endswith(":*") and wanted.startswith(granted[:-1])
+    kind, _, name = granted.partition(":")
+    return name == "*" and wanted.partition(":")[0] == kind
 
 
 class RoleGrant(BaseModel):

@@ -7,7 +7,7 @@ GRAPH_API_TOKEN, LOG_LEVEL) are declared once in CommonSettings.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -42,6 +42,28 @@ class GraphSettings(CommonSettings):
     SSE_FLUSH_INTERVAL_MS: int = Field(default=50, ge=0, le=1000)
     #: A stream silent this long gets a keep-alive comment (proxies close idle connections).
     SSE_KEEPALIVE_SECONDS: float = Field(default=15.0, gt=0)
+
+    # ---- documents and entities (docs/knowledge.md) ----
+    #: OpenAI-compatible /v1/embeddings endpoint (OpenAI, Ollama, vLLM); unset: the packaged
+    #: offline model (all-MiniLM-L6-v2, int8 ONNX).
+    EMBEDDINGS_BASE_URL: str | None = None
+    #: Model name at EMBEDDINGS_BASE_URL (required with it).
+    EMBEDDINGS_MODEL: str | None = None
+    #: API key of EMBEDDINGS_BASE_URL (unset: OPENAI_API_KEY if the URL is OPENAI_BASE_URL, else none).
+    EMBEDDINGS_API_KEY: SecretStr | None = None
+    EMBEDDINGS_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
+    #: Name of the RediSearch document index; its keys start with `{DOCS_INDEX}:`.
+    DOCS_INDEX: str = Field(default="vagent_docs", pattern=r"^[A-Za-z0-9_]{1,64}$")
+    #: `flat`: exact vector search (every allowed chunk is compared); `hnsw`: approximate.
+    DOCS_VECTOR_ALGORITHM: Literal["flat", "hnsw"] = "flat"
+    #: Chunks search_documents gives the model per search.
+    SEARCH_TOP_K: int = Field(default=5, ge=1, le=20)
+    #: Prefix of the per-domain FalkorDB graphs (`{ENTITY_GRAPH}:{domain}`).
+    ENTITY_GRAPH: str = Field(default="vagent_kg", pattern=r"^[A-Za-z0-9_]{1,64}$")
+    #: Token of the admin API (`/admin/v1/...`: document ingestion); unset: admin API off.
+    GRAPH_ADMIN_TOKEN: SecretStr | None = None
+    #: Largest document the admin API accepts.
+    MAX_INGEST_BYTES: int = Field(default=20_000_000, ge=1024)
 
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""
@@ -86,6 +108,12 @@ class BotSettings(CommonSettings):
     SYNC_TIMELINE_LIMIT: int = Field(default=100, ge=1, le=1000)
     BOT_HEALTH_HOST: str = "0.0.0.0"
     BOT_HEALTH_PORT: int = Field(default=8080, ge=1, le=65535)
+    #: `on`: in a group room, documents are retrieved only if EVERY joined member may read them.
+    AUDIENCE_FILTER: Literal["on", "off"] = "on"
+    #: Rooms with more joined members than this use only documents tagged `public`.
+    AUDIENCE_MAX_MEMBERS: int = Field(default=50, ge=2)
+    #: Provider requests in flight at once while resolving a room's members.
+    AUDIENCE_CONCURRENCY: int = Field(default=8, ge=1, le=100)
 
     @field_validator("INVITE_ALLOWLIST", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vagent_shared.access import AcContext
+from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
 
 
@@ -42,9 +43,11 @@ class BotMessage(BaseModel):
 
 
 class ProcessMessageRequest(BotMessage):
-    """`POST /api/v1/process_message`: the message plus who sends it."""
+    """`POST /api/v1/process_message`: the message plus who sends it, and who else reads
+    the answer (`audience`: the other joined members of a group room; None in a DM)."""
 
     ac_context: AcContext
+    audience: Audience | None = None
 
 
 class FeedbackRequest(BaseModel):
@@ -52,7 +55,8 @@ class FeedbackRequest(BaseModel):
 
     `ac_context`, when sent, is the user's current AcContext and is used for the
     access re-check when the paused tool finally runs; otherwise the context of the
-    paused run applies.
+    paused run applies. `audience`, when sent, replaces the paused run's audience (the
+    room's members may have changed while the question waited).
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -62,6 +66,7 @@ class FeedbackRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     interrupt_id: str | None = None
     ac_context: AcContext | None = None
+    audience: Audience | None = None
 
     @model_validator(mode="after")
     def _valid_session(self) -> FeedbackRequest:

@@ -1,5 +1,23 @@
 """Tools the agent may call. Register new ones here or via the `vagent.tools` entry point."""
 
-from vagent_graph.tools.registry import Question, Tool, ToolContext, ToolRegistry, default_registry
+from vagent_graph.tools.registry import (
+    Question,
+    Services,
+    ServiceUnavailable,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    default_registry,
+)
 
-__all__ = ["Question", "Tool", "ToolContext", "ToolRegistry", "default_registry"]
+__all__ = [
+    "Question",
+    "ServiceUnavailable",
+    "Services",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResult",
+    "default_registry",
+]

@@ -10,6 +10,7 @@ import asyncio
 import random
 import sqlite3
 import time
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -43,6 +44,13 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_created_at ON records(created_at);
 """
+
+
+@dataclass(frozen=True)
+class RecordsDb:
+    """The demo database's file, as a service the records tools find in their context."""
+
+    path: Path
 
 
 def ensure_records_db(path: Path, rows: int = 1500, seed: int = 42) -> None:
@@ -136,14 +144,14 @@ class DeleteRecordsArgs(BaseModel):
 
 async def _query(args: DatabaseQueryArgs, ctx: ToolContext, _: str | None) -> str:
     try:
-        cols, rows, truncated = await asyncio.to_thread(run_query, ctx.records_db, args.sql)
+        cols, rows, truncated = await asyncio.to_thread(run_query, ctx.services.get(RecordsDb).path, args.sql)
     except (sqlite3.Error, sqlite3.Warning) as exc:
         return f"Query failed: {exc}"
     return format_table(cols, rows, truncated)
 
 
 async def _ask_delete(args: DeleteRecordsArgs, ctx: ToolContext) -> Question | None:
-    n = await asyncio.to_thread(count_older_than, ctx.records_db, args.older_than)
+    n = await asyncio.to_thread(count_older_than, ctx.services.get(RecordsDb).path, args.older_than)
     if n == 0:
         return None
     noun = "record" if n == 1 else "records"
@@ -153,7 +161,7 @@ async def _ask_delete(args: DeleteRecordsArgs, ctx: ToolContext) -> Question | N
 
 
 async def _delete(args: DeleteRecordsArgs, ctx: ToolContext, _: str | None) -> str:
-    n = await asyncio.to_thread(delete_older_than, ctx.records_db, args.older_than)
+    n = await asyncio.to_thread(delete_older_than, ctx.services.get(RecordsDb).path, args.older_than)
     if n == 0:
         return f"There are no records older than {args.older_than.isoformat()}; nothing was deleted."
     return f"Deleted {n} records older than {args.older_than.isoformat()}."

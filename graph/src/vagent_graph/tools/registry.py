@@ -2,7 +2,9 @@
 
 A tool is data: a name, a description, an argument model, metadata
 (`requires_confirmation`, `requires_credentials`), an optional `ask` step that
-builds the question a human must answer first, and `run`.
+builds the question a human must answer first, and `run`. What a tool works with
+(stores, clients) comes from `ToolContext.services`, looked up by type, so a new
+capability brings its own service instead of a field here.
 """
 
 from __future__ import annotations
@@ -12,26 +14,63 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
 from pydantic import BaseModel
 
 from vagent_shared.access import AcContext
+from vagent_shared.knowledge import Audience, SourceRef
 
 log = structlog.get_logger(__name__)
 
 ENTRY_POINT_GROUP = "vagent.tools"
+S = TypeVar("S")
+
+
+class ServiceUnavailable(LookupError):
+    """A tool needs a service this process was not started with."""
+
+
+class Services:
+    """The stores and clients tools may use, one instance per type (built once at start)."""
+
+    def __init__(self, *services: object) -> None:
+        self._by_type: dict[type[Any], object] = {type(s): s for s in services}
+
+    def find(self, kind: type[S]) -> S | None:
+        found = self._by_type.get(kind)
+        if found is None:  # a subclass registered for its base type
+            found = next((s for s in self._by_type.values() if isinstance(s, kind)), None)
+        return found  # type: ignore[return-value]
+
+    def get(self, kind: type[S]) -> S:
+        found = self.find(kind)
+        if found is None:
+            raise ServiceUnavailable(f"{kind.__name__} is not configured")
+        return found
 
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool may know about the call: who asks, in which session, where data lives."""
+    """What a tool may know about the call: who asks, in which session, who else reads the
+    answer (`audience`, None in a DM), the sources already cited in this turn (so citation
+    numbers continue), and the services it may use."""
 
     ac: AcContext
     session_id: str
-    records_db: Path
+    services: Services = field(default_factory=Services)
+    audience: Audience | None = None
+    sources: tuple[SourceRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returns when it has more than text: the documents its text cites (never
+    shown to the model; they become the answer's "Sources:" list)."""
+
+    text: str
+    sources: tuple[SourceRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,8 +83,13 @@ class Question:
     kind: Literal["confirm", "input"] = "confirm"
 
 
+def result_text(result: str | ToolResult) -> str:
+    """The text the model reads, whichever way the tool answered."""
+    return result.text if isinstance(result, ToolResult) else result
+
+
 AskFn = Callable[[Any, ToolContext], Awaitable[Question | None]]
-RunFn = Callable[[Any, ToolContext, str | None], Awaitable[str]]
+RunFn = Callable[[Any, ToolContext, str | None], Awaitable[str | ToolResult]]
 
 
 @dataclass(frozen=True)
@@ -104,9 +148,9 @@ def default_registry() -> ToolRegistry:
 
     An entry point names a callable returning a Tool or a list of Tools.
     """
-    from vagent_graph.tools import ask_user, records
+    from vagent_graph.tools import ask_user, documents, entities, records
 
-    registry = ToolRegistry([*records.TOOLS, ask_user.TOOL])
+    registry = ToolRegistry([documents.TOOL, entities.TOOL, *records.TOOLS, ask_user.TOOL])
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = ep.load()()

@@ -1,0 +1,192 @@
+"""The admin API: feed documents and entities from a pipeline (`/admin/v1/...`).
+
+Its own token (GRAPH_ADMIN_TOKEN), checked by the router's one dependency: the bot's
+service token cannot ingest, and without GRAPH_ADMIN_TOKEN the admin API is off.
+
+    curl -X PUT "$GRAPH/admin/v1/documents/acme/q3-report?category=finance&tags=q3,confidential" \\
+         -H "Authorization: Bearer $GRAPH_ADMIN_TOKEN" -H "Content-Type: application/pdf" \\
+         --data-binary @q3-report.pdf
+"""
+
+from __future__ import annotations
+
+import structlog
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import TypeAdapter, ValidationError
+from redis.exceptions import RedisError
+
+from vagent_graph.knowledge.doc_index import IndexMismatch
+from vagent_graph.knowledge.doc_store import DocumentStore, StoreBusy
+from vagent_graph.knowledge.embeddings import EmbeddingError
+from vagent_graph.knowledge.entities import EntityGraph
+from vagent_graph.knowledge.entity_store import EntityStore, EntityStoreError
+from vagent_graph.knowledge.ingest import embed, parse, spec
+from vagent_graph.knowledge.parsing import DocumentError, detect_format
+from vagent_graph.middleware import ADMIN_PREFIX, token_matches
+from vagent_graph.tools import Services
+from vagent_shared.http_errors import api_error
+from vagent_shared.knowledge import (
+    DeleteResult,
+    DocumentInfo,
+    DocumentList,
+    Domain,
+    EntityLoadResult,
+    IndexStatus,
+)
+from vagent_shared.settings import GraphSettings
+from vagent_shared.wire import ErrorResponse
+
+log = structlog.get_logger(__name__)
+_DOMAIN: TypeAdapter[str] = TypeAdapter(Domain)
+
+
+async def require_admin_token(request: Request) -> None:
+    """401 without the admin token; 403 when the admin API is off (no GRAPH_ADMIN_TOKEN)."""
+    settings: GraphSettings = request.app.state.rt.settings
+    token = settings.GRAPH_ADMIN_TOKEN.get_secret_value() if settings.GRAPH_ADMIN_TOKEN else ""
+    if not token:
+        raise api_error(403, "admin_disabled", "The admin API is off: set GRAPH_ADMIN_TOKEN to use it.")
+    header = request.headers.get("authorization")
+    if not token_matches(header.encode() if header else None, token.encode()):
+        log.warning("security.bad_admin_token", path=request.url.path, auth_header_present=bool(header))
+        raise api_error(401, "unauthorized", "Missing or invalid admin token.")
+
+
+router = APIRouter(
+    prefix=f"{ADMIN_PREFIX}v1",
+    tags=["admin"],
+    dependencies=[Depends(require_admin_token)],
+    responses={s: {"model": ErrorResponse} for s in (401, 403, 409, 413, 422, 503)},
+)
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.rt.services  # type: ignore[no-any-return]
+
+
+def documents(request: Request) -> DocumentStore:
+    return _services(request).get(DocumentStore)
+
+
+def entity_store(request: Request) -> EntityStore:
+    return _services(request).get(EntityStore)
+
+
+def _unavailable(exc: Exception) -> Exception:
+    """The store's failures as clear 4xx/5xx answers (never a 500)."""
+    if isinstance(exc, DocumentError):
+        return api_error(422, "invalid_document", str(exc))
+    if isinstance(exc, IndexMismatch):
+        return api_error(409, "index_model_mismatch", str(exc))
+    if isinstance(exc, StoreBusy):
+        return api_error(409, "index_busy", str(exc))
+    if isinstance(exc, EmbeddingError):
+        return api_error(503, "embeddings_unavailable", str(exc))
+    log.error("admin_store_failed", error_type=type(exc).__name__)
+    return api_error(503, "store_unavailable", "The document store is not reachable.")
+
+
+STORE_ERRORS = (DocumentError, IndexMismatch, StoreBusy, EmbeddingError, RedisError, OSError)
+
+
+@router.get("/documents", response_model=DocumentList)
+async def list_documents(
+    store: DocumentStore = Depends(documents), domain: str | None = None
+) -> DocumentList:
+    """Every ingested document (of one domain)."""
+    try:
+        return DocumentList(documents=await store.documents(domain))
+    except STORE_ERRORS as exc:
+        raise _unavailable(exc) from None
+
+
+@router.get("/index", response_model=IndexStatus)
+async def index_status(store: DocumentStore = Depends(documents)) -> IndexStatus:
+    """What the index holds and which embedding model built it."""
+    try:
+        return await store.status()
+    except STORE_ERRORS as exc:
+        raise _unavailable(exc) from None
+
+
+@router.put(
+    "/documents/{domain}/{doc_id}",
+    response_model=DocumentInfo,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {t: {} for t in ("text/markdown", "text/plain", "text/html", "application/pdf")},
+        }
+    },
+)
+async def put_document(
+    domain: str,
+    doc_id: str,
+    request: Request,
+    response: Response,
+    category: str = Query(description="document_category: that grants it"),
+    tags: str = Query("", description="comma-separated document_tag: values"),
+    title: str | None = None,
+    source: str = "",
+    filename: str | None = Query(None, description="decides the format when Content-Type does not"),
+    store: DocumentStore = Depends(documents),
+) -> DocumentInfo:
+    """Add or replace a document (the body is the file). Replacing is atomic: searches see
+    the old version or the new one, never a mix. 201 when new, 200 when replaced."""
+    try:
+        doc = spec(
+            doc_id=doc_id,
+            domain=domain,
+            category=category,
+            tags=tuple(t.strip() for t in tags.split(",") if t.strip()),
+            title=title,
+            source=source,
+        )
+        name = filename or doc_id
+        fmt = detect_format(name, request.headers.get("content-type"))
+        parsed = parse(await request.body(), fmt, name, doc)
+        existed = await store.get(domain, doc_id) is not None
+        info = await store.put(await embed(parsed, store.embedder))
+    except STORE_ERRORS as exc:
+        raise _unavailable(exc) from None
+    response.status_code = 200 if existed else 201
+    log.info("admin_document_put", domain=domain, doc_id=doc_id, chunks=info.chunks, replaced=existed)
+    return info
+
+
+@router.delete("/documents/{domain}/{doc_id}", response_model=DeleteResult)
+async def delete_document(
+    domain: str, doc_id: str, store: DocumentStore = Depends(documents)
+) -> DeleteResult:
+    """Remove a document and all its chunks."""
+    try:
+        result = await store.delete(domain, doc_id)
+    except STORE_ERRORS as exc:
+        raise _unavailable(exc) from None
+    if result is None:
+        raise api_error(404, "no_such_document", f"No document {doc_id!r} in domain {domain!r}.")
+    return result
+
+
+@router.put("/entities/{domain}", response_model=EntityLoadResult)
+async def put_entities(
+    domain: str,
+    request: Request,
+    replace: bool = Query(False, description="replace the domain's whole graph"),
+    store: EntityStore = Depends(entity_store),
+) -> EntityLoadResult:
+    """Load entities and relations (JSON: {"entities": [...], "relations": [...]})."""
+    try:
+        domain = _DOMAIN.validate_python(domain)
+        graph = EntityGraph.model_validate_json(await request.body())
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid"}
+        where = ".".join(map(str, first["loc"])) or "body"
+        raise api_error(422, "invalid_entities", f"{where}: {first['msg']}") from None
+    try:
+        return await store.load(domain, graph, replace=replace)
+    except EntityStoreError as exc:  # e.g. the graph module is not loaded in this Redis
+        log.error("admin_entities_failed", reason=str(exc))
+        raise api_error(503, "graph_store_unavailable", f"The entities were not loaded: {exc}") from None
+    except (RedisError, OSError) as exc:
+        raise _unavailable(exc) from None

@@ -1,0 +1,87 @@
+"""`search_documents`: hybrid search over the documents everyone who reads the answer may read.
+
+The filter comes from the AcContext (and the room's audience) exactly as designed
+(docs/knowledge.md) and is pushed into the Redis query; this tool only formats what comes
+back. Its words never name a document the readers may not read: a search that finds
+nothing says so in the same words whether nothing matches or nothing is readable.
+"""
+
+from __future__ import annotations
+
+import structlog
+from pydantic import BaseModel, Field
+
+from vagent_graph import metrics
+from vagent_graph.citations import number_of
+from vagent_graph.knowledge.doc_index import IndexMismatch
+from vagent_graph.knowledge.doc_store import DocumentStore
+from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
+from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext, ToolResult
+from vagent_shared.knowledge import SearchHit, SourceRef
+
+log = structlog.get_logger(__name__)
+
+UNAVAILABLE = "Document search is not available right now. Answer without it and say so."
+ROOM_NOTE = "Only documents that everyone in this room may read were searched."
+
+
+class SearchDocumentsArgs(BaseModel):
+    query: str = Field(
+        min_length=1,
+        max_length=500,
+        description="What to look for: a question, key words, or an exact name or code.",
+    )
+
+
+def format_hits(hits: list[SearchHit], known: tuple[SourceRef, ...], in_room: bool) -> ToolResult:
+    """The passages as the model reads them, numbered for citation ([n] continues across the
+    searches of one turn), and the documents they come from."""
+    note = f" {ROOM_NOTE}" if in_room else ""
+    if not hits:
+        return ToolResult(f"No passages in the documents you may read match this search.{note}")
+    refs = list(known)
+    used: dict[str, SourceRef] = {}
+    blocks = []
+    for hit in hits:
+        n = number_of(SourceRef(doc_id=hit.doc_id, title=hit.title), refs)
+        if n > len(refs):
+            refs.append(SourceRef(doc_id=hit.doc_id, title=hit.title))
+        used.setdefault(hit.doc_id, refs[n - 1])
+        where = f"{hit.title} — {hit.section}" if hit.section else hit.title
+        blocks.append(f"[{n}] {where} (document {hit.doc_id})\n{hit.text.strip()}")
+    head = f"{len(hits)} passages from documents you may read. Cite them as [n] where you use them.{note}"
+    return ToolResult(head + "\n\n" + "\n\n".join(blocks), sources=tuple(used.values()))
+
+
+async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) -> ToolResult:
+    readers = readers_for(ctx.ac, ctx.audience, DOCUMENT_KINDS)
+    try:
+        hits = await ctx.services.get(DocumentStore).search(readers, args.query)
+    except (ServiceUnavailable, IndexMismatch) as exc:
+        log.error("document_search_unavailable", reason=str(exc))
+        return ToolResult(UNAVAILABLE)
+    except Exception as exc:  # Redis down, embedding endpoint down: the answer goes on without
+        log.error("document_search_failed", error_type=type(exc).__name__)
+        metrics.TOOL_CALLS.labels("search_documents", "failed").inc()
+        return ToolResult(UNAVAILABLE)
+    log.info(
+        "document_search",
+        user_id=ctx.ac.user_id,
+        readers=0 if readers is None else len(readers.grants),
+        audience=len(ctx.audience.members) if ctx.audience else 0,
+        public_only=bool(ctx.audience and ctx.audience.public_only),
+        results=len(hits),
+    )
+    return format_hits(hits, ctx.sources, in_room=ctx.audience is not None)
+
+
+TOOL = Tool(
+    name="search_documents",
+    description=(
+        "Search the organisation's documents (policies, reports, runbooks...) that the user may "
+        "read. Returns numbered passages; cite them as [n]. Use it for questions about the "
+        "organisation, and for exact names or codes."
+    ),
+    args_model=SearchDocumentsArgs,
+    run=_search,
+)

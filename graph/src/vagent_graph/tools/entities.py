@@ -1,0 +1,111 @@
+"""`lookup_entities`: people, teams, projects... and how they relate, from the knowledge graph,
+limited to what everyone who reads the answer may see.
+
+The filter is pushed into the graph queries (entity_store.py), so this tool only formats the
+allowed subgraph it gets back. Its words never name anything the readers may not see: an
+empty answer uses the same sentence whether nothing matches or nothing may be seen, and a
+path through a forbidden entity simply does not exist in what comes back.
+"""
+
+from __future__ import annotations
+
+import structlog
+from pydantic import BaseModel, Field
+
+from vagent_graph import metrics
+from vagent_graph.knowledge.entities import Entity, EntityLookup
+from vagent_graph.knowledge.entity_store import EntityStore
+from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
+from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext
+
+log = structlog.get_logger(__name__)
+
+NAME = "lookup_entities"
+NOTHING = "No matching entities that you (and everyone in this room) may see."
+UNAVAILABLE = "The knowledge graph is not available right now."
+MAX_DESCRIPTION_CHARS = 300
+
+
+class LookupEntitiesArgs(BaseModel):
+    query: str = Field(
+        min_length=1,
+        max_length=200,
+        description="A name (or part of one) or an exact id of a person, team, project, customer...",
+    )
+    depth: int = Field(
+        default=1,
+        ge=1,
+        le=2,
+        description="How far to follow relations: 1 = direct relations, 2 = also their relations.",
+    )
+
+
+def _describe(e: Entity) -> str:
+    line = f"- {e.name} ({e.entity_type}, id {e.id})"
+    if e.tags:
+        line += f" [{', '.join(e.tags)}]"
+    if e.description:
+        text = " ".join(e.description.split())
+        if len(text) > MAX_DESCRIPTION_CHARS:
+            text = text[: MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
+        line += f": {text}"
+    return line
+
+
+def format_lookup(found: EntityLookup) -> str:
+    """The allowed subgraph as compact text: matches with descriptions, then relation lines
+    `A —TYPE→ B` (ids in brackets, as names need not be unique), then the related entities."""
+    if not found.matches:
+        return NOTHING
+    names = {e.id: e.name for e in [*found.matches, *found.neighbours]}
+    parts = ["Matching entities:", *(_describe(e) for e in found.matches)]
+    if found.relations:
+        parts.append("Relations:")
+        parts += [
+            f"- {names[r.source]} [{r.source}] —{r.type}→ {names[r.target]} [{r.target}]"
+            for r in found.relations
+        ]
+    if found.neighbours:
+        parts.append("Related entities:")
+        parts += [_describe(e) for e in found.neighbours]
+    if found.truncated:
+        parts.append("(More results exist; ask a narrower question to see them.)")
+    return "\n".join(parts)
+
+
+async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> str:
+    readers = readers_for(ctx.ac, ctx.audience, ENTITY_KINDS)
+    if readers is None:
+        log.info("entity_lookup", user_id=ctx.ac.user_id, readers=0, results=0)
+        return NOTHING
+    try:
+        found = await ctx.services.get(EntityStore).lookup(readers, args.query, depth=args.depth)
+    except ServiceUnavailable as exc:
+        log.error("entity_lookup_unavailable", reason=str(exc))
+        return UNAVAILABLE
+    except Exception as exc:  # Redis down, module missing, a timeout: the answer goes on without
+        log.error("entity_lookup_failed", error_type=type(exc).__name__)
+        metrics.TOOL_CALLS.labels(NAME, "failed").inc()
+        return UNAVAILABLE
+    log.info(
+        "entity_lookup",
+        user_id=ctx.ac.user_id,
+        readers=len(readers.grants),
+        audience=len(ctx.audience.members) if ctx.audience else 0,
+        public_only=readers.public_only,
+        results=len(found.matches),
+        relations=len(found.relations),
+    )
+    return format_lookup(found)
+
+
+TOOL = Tool(
+    name=NAME,
+    description=(
+        "Look up people, teams, projects, products and customers in the organisation's knowledge "
+        "graph by name or id, with how they are related (who works on, leads or is a customer of "
+        "what). Shows only what everyone reading the answer may see."
+    ),
+    args_model=LookupEntitiesArgs,
+    run=_lookup,
+)
