@@ -94,3 +94,10 @@ def test_rank_fusion_rewards_agreement_and_keeps_exact_text_matches() -> None:
     assert fused[0] == "b"  # found by both
     assert "d" in fused  # only full text found it (an exact code, say)
     assert "c" not in fused  # only the vector found it, and it is not similar at all
+
+
+def test_one_long_document_does_not_crowd_out_the_others() -> None:
+    long_doc = [Candidate(f"p{i}", {"doc_id": "press"}, 0.9 - i / 100) for i in range(6)]
+    other = [Candidate("f0", {"doc_id": "financials"}, 0.5), Candidate("f1", {"doc_id": "financials"}, 0.49)]
+    fused = [c.key for c, _ in fuse([*long_doc, *other], [], 5)]
+    assert fused == ["p0", "p1", "f0", "f1"]

@@ -28,6 +28,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from vagent_graph.knowledge.retrieval import query_terms
+
 OFFLINE_MODEL_NAME = "vagent-offline"
 PREFIX = "(offline model) "
 _DATE = r"(\d{4}(?:-\d{2}-\d{2})?)"
@@ -52,6 +54,7 @@ _QUESTION = re.compile(
 _PASSAGE = re.compile(r"^\[(\d+)\] .*\n((?:.+\n?)+)", re.M)
 #: How much of each passage the offline model quotes.
 QUOTE_CHARS = 240
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def _iso(d: str) -> str:
@@ -72,7 +75,8 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
     last = messages[-1] if messages else HumanMessage(content="")
     if isinstance(last, ToolMessage):
         if last.name == "search_documents":
-            return AIMessage(content=PREFIX + quote_passages(str(last.content)))
+            question = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
+            return AIMessage(content=PREFIX + quote_passages(str(last.content), question))
         return AIMessage(content=PREFIX + str(last.content))
     text = str(last.content)
 
@@ -109,24 +113,38 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
     return AIMessage(content=PREFIX + _help(offered))
 
 
-def _first_sentences(text: str, limit: int = QUOTE_CHARS) -> str:
-    """The beginning of a passage, cut at a sentence end when one is near the limit."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    end = max(cut.rfind(". "), cut.rfind("! "), cut.rfind("? "))
-    return cut[: end + 1] if end > limit // 3 else cut.rsplit(" ", 1)[0] + " …"
+def _relevant_part(text: str, question: str, limit: int = QUOTE_CHARS) -> str:
+    """The part of a passage that answers best: from its sentence or line sharing the most
+    words with the question, up to about `limit` characters, cut at a sentence end."""
+    pieces = [p.strip() for p in _SENTENCE.split(text) if p.strip()]
+    if not pieces:
+        return ""
+    words = set(query_terms(question))
+    scores = [len(words & {w.lower() for w in re.findall(r"\w+", p)}) for p in pieces]
+    start = scores.index(max(scores))
+    quoted = ""
+    for piece in pieces[start:]:
+        if quoted and len(quoted) + len(piece) + 1 > limit:
+            break
+        quoted = f"{quoted} {piece}".strip()
+    return quoted if len(quoted) <= limit else quoted[:limit].rsplit(" ", 1)[0] + " …"
 
 
-def quote_passages(result: str, most: int = 3) -> str:
-    """What the offline model says about search results: the first passages, quoted
-    with their citation numbers (it cannot reason about them)."""
+def quote_passages(result: str, question: str = "", most: int = 3) -> str:
+    """What the offline model says about search results: for each of the first documents
+    found, the best part of its passages, quoted with its citation number (it cannot reason
+    about them)."""
     passages = _PASSAGE.findall(result)
     if not passages:
         return result.split("\n", 1)[0]
+    by_document: dict[str, list[str]] = {}  # a document's passages share its number
+    for n, body in passages:
+        by_document.setdefault(n, []).append(body)
     lines = ["From the documents you may read:"]
-    lines += [f"- {_first_sentences(body)} [{n}]" for n, body in passages[:most]]
+    lines += [
+        f"- {_relevant_part(chr(10).join(bodies), question)} [{n}]"
+        for n, bodies in list(by_document.items())[:most]
+    ]
     return "\n".join(lines)
 
 

@@ -32,6 +32,9 @@ RRF_K = 60
 #: without it, a question about anything would always "find" the nearest unrelated text.
 MIN_VECTOR_SIMILARITY = 0.2
 MAX_QUERY_TERMS = 32
+#: At most this many chunks of one document in a result: a long document with many sections
+#: must not crowd out every other document that answers the question.
+MAX_CHUNKS_PER_DOCUMENT = 2
 _STOPWORDS = frozenset(get_stopwords("english"))
 _WORD = re.compile(r"\w+")
 
@@ -51,7 +54,8 @@ class Candidate:
 
 
 def fuse(vector: Sequence[Candidate], text: Sequence[Candidate], k: int) -> list[tuple[Candidate, float]]:
-    """Reciprocal-rank fusion of two ranked lists; the best `k` with their fused score."""
+    """Reciprocal-rank fusion of two ranked lists; the best `k` with their fused score, at most
+    MAX_CHUNKS_PER_DOCUMENT of any one document."""
     scores: dict[str, float] = {}
     found: dict[str, Candidate] = {}
     for ranked in (vector, text):
@@ -65,7 +69,16 @@ def fuse(vector: Sequence[Candidate], text: Sequence[Candidate], k: int) -> list
     ]
     # Equal fused scores (each list ranked the other's first second): the closer meaning wins.
     kept.sort(key=lambda key: (-scores[key], -(found[key].similarity or -1.0), key))
-    return [(found[key], scores[key]) for key in kept[:k]]
+    per_doc: dict[str, int] = {}
+    out: list[tuple[Candidate, float]] = []
+    for key in kept:
+        doc = str(found[key].fields.get(DOC_ID, key))
+        if per_doc.get(doc, 0) < MAX_CHUNKS_PER_DOCUMENT:
+            per_doc[doc] = per_doc.get(doc, 0) + 1
+            out.append((found[key], scores[key]))
+            if len(out) == k:
+                break
+    return out
 
 
 def _candidates(rows: list[dict[str, Any]], with_distance: bool) -> list[Candidate]:

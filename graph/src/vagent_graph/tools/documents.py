@@ -33,6 +33,13 @@ class SearchDocumentsArgs(BaseModel):
     )
 
 
+def within(title: str, section: str) -> str:
+    """The section path without the title it usually starts with (a document's first heading)."""
+    if section == title:
+        return ""
+    return section.removeprefix(f"{title} > ")
+
+
 def format_hits(hits: list[SearchHit], known: tuple[SourceRef, ...], in_room: bool) -> ToolResult:
     """The passages as the model reads them, numbered for citation ([n] continues across the
     searches of one turn), and the documents they come from."""
@@ -47,7 +54,7 @@ def format_hits(hits: list[SearchHit], known: tuple[SourceRef, ...], in_room: bo
         if n > len(refs):
             refs.append(SourceRef(doc_id=hit.doc_id, title=hit.title))
         used.setdefault(hit.doc_id, refs[n - 1])
-        where = f"{hit.title} — {hit.section}" if hit.section else hit.title
+        where = f"{hit.title} — {section}" if (section := within(hit.title, hit.section)) else hit.title
         blocks.append(f"[{n}] {where} (document {hit.doc_id})\n{hit.text.strip()}")
     head = f"{len(hits)} passages from documents you may read. Cite them as [n] where you use them.{note}"
     return ToolResult(head + "\n\n" + "\n\n".join(blocks), sources=tuple(used.values()))
