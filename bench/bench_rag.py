@@ -34,6 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ from vagent_graph.knowledge.embeddings import make_embedder  # noqa: E402
 from vagent_graph.knowledge.ingest import Parsed, Prepared, spec  # noqa: E402
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, Readers, readers_for  # noqa: E402
 from vagent_graph.knowledge.retrieval import hybrid_search, vector_candidates  # noqa: E402
+from vagent_shared.logs import configure_logging  # noqa: E402
 from vagent_shared.settings import GraphSettings  # noqa: E402
 
 DEFAULTS = {"chunks": 10_000, "queries": 300}
@@ -188,7 +190,7 @@ async def measure_search(
     store: DocumentStore, queries: list[str], qvecs: np.ndarray
 ) -> dict[str, dict[str, dict[str, float]]]:
     """p50/p99 per mode of the Redis part and of the whole path, modes alternating by block."""
-    index = await store._search_index()
+    index = await store.search_index()
     if index is None:
         raise BenchError("no index")
     redis_ms: dict[str, list[float]] = {m: [] for m in MODES}
@@ -199,8 +201,8 @@ async def measure_search(
             flt = filter_for(readers)
             for i in range(start, min(start + block, len(queries))):
                 q, v = queries[i], qvecs[i]
-                redis_ms[mode].append(await timed(lambda q=q, v=v, f=flt: hybrid_search(index, f, v, q, 5)))
-                full_ms[mode].append(await timed(lambda q=q, r=readers: full_search(store, r, q)))
+                redis_ms[mode].append(await timed(partial(hybrid_search, index, flt, v, q, 5)))
+                full_ms[mode].append(await timed(partial(full_search, store, readers, q)))
     return {m: {"redis": summary(redis_ms[m]), "search_documents": summary(full_ms[m])} for m in MODES}
 
 
@@ -209,7 +211,7 @@ async def full_search(store: DocumentStore, readers: Readers | None, query: str)
     if readers is not None:
         await store.search(readers, query, 5)
         return
-    index = await store._search_index()
+    index = await store.search_index()
     assert index is not None
     vector = (await store.embedder.embed([query]))[0]
     await hybrid_search(index, "*", vector, query, 5)
@@ -217,7 +219,7 @@ async def full_search(store: DocumentStore, readers: Readers | None, query: str)
 
 async def measure_recall(store: DocumentStore, corpus: Corpus, qvecs: np.ndarray) -> dict[str, float]:
     """Mean recall@10 of the filtered KNN against a brute-force scan of the allowed chunks."""
-    index = await store._search_index()
+    index = await store.search_index()
     assert index is not None
     out = {}
     for mode, (readers, allowed) in MODES.items():
@@ -247,6 +249,7 @@ async def run_async(conf: dict[str, Any]) -> dict[str, Any]:
 
 
 async def measure_all(redis: Redis, conf: dict[str, Any]) -> dict[str, Any]:
+    configure_logging("WARNING", service="bench-rag")  # the table, not the stores' info lines
     embedder = make_embedder(GraphSettings())
     await embedder.embed(["warm up the model"])
     parsed, categories = make_corpus(conf["chunks"])

@@ -24,8 +24,17 @@ from tests.support.procs import ServiceProcess
 
 DOMAIN = "localhost"
 ROLES = {
-    "operator": ["agent:vagent", "tool:ask_user", "tool:database_query", "tool:delete_records"],
-    "guest": ["tool:ask_user"],  # known to the provider, but no agent access
+    "operator": [
+        "agent:vagent",
+        "tool:ask_user",
+        "tool:database_query",
+        "tool:delete_records",
+        "tool:search_documents",
+        "document_category:finance",
+        "document_tag:public",
+    ],
+    # known to the provider, but no agent access; reads public documents (as a room member)
+    "guest": ["tool:ask_user", "document_tag:public"],
 }
 
 

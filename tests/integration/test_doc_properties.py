@@ -262,7 +262,7 @@ async def assert_exact_recall(
     flt = document_filter(readers)  # type: ignore[arg-type]
     assert flt is not None
     vector = (await corpus.store.embedder.embed([query]))[0]
-    index = await corpus.store._search_index()
+    index = await corpus.store.search_index()
     assert index is not None
     got = await vector_candidates(index, flt, vector, 10)
     rows = [i for i, k in enumerate(corpus.keys) if (k[0], k[1]) in allowed]

@@ -12,8 +12,10 @@ from tests.support.factories import ac
 from tests.support.knowledge import doc_store, ingest
 from tests.support.llm_server import EMBEDDING_DIMS, ScriptedLLMServer
 from vagent_graph.knowledge.doc_index import IndexMismatch
-from vagent_graph.knowledge.embeddings import RemoteEmbedder
+from vagent_graph.knowledge.embeddings import EmbeddingError, RemoteEmbedder
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
+from vagent_graph.tools import Services, ToolContext, documents
+from vagent_graph.tools.registry import result_text
 
 TRAVEL = """# Travel policy
 
@@ -162,3 +164,27 @@ async def test_another_embedding_model_is_refused_until_reindexed(
             assert hits[0].doc_id == "runbook"
             with pytest.raises(IndexMismatch):  # and now the old model is the one refused
                 await store.search(everyone(), "travel")
+
+
+async def test_an_unreachable_embeddings_endpoint_is_a_clean_tool_failure(
+    redis_url: str, llm_server: ScriptedLLMServer
+) -> None:
+    remote = RemoteEmbedder(llm_server.base_url, "stand-in-embedder", "k", timeout=5)
+    async with doc_store(redis_url, remote) as store:
+        await ingest(store, "travel", TRAVEL)
+        llm_server.embeddings_fail = True
+        with pytest.raises(EmbeddingError, match="embeddings endpoint failed"):
+            await store.search(everyone(), "per diem")
+        ctx = ToolContext(
+            ac=ac("@u:x", ["tool:search_documents", "document:*"]), session_id="s", services=Services(store)
+        )
+        out = await documents.TOOL.run(documents.SearchDocumentsArgs(query="per diem"), ctx, None)
+        assert result_text(out) == documents.UNAVAILABLE
+        llm_server.embeddings_fail = False
+        assert (await store.search(everyone(), "per diem"))[0].doc_id == "travel"
+
+
+async def test_without_a_document_store_the_tool_says_search_is_unavailable() -> None:
+    ctx = ToolContext(ac=ac("@u:x", ["document:*"]), session_id="s")
+    out = await documents.TOOL.run(documents.SearchDocumentsArgs(query="per diem"), ctx, None)
+    assert result_text(out) == documents.UNAVAILABLE

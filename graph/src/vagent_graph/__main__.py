@@ -7,6 +7,7 @@ import sys
 import uvicorn
 
 from vagent_graph.app import InsecureConfigError, create_app
+from vagent_graph.knowledge.parsing import quiet_parsers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
 
@@ -14,6 +15,7 @@ from vagent_shared.settings import GraphSettings
 def main() -> None:
     settings = GraphSettings()
     configure_logging(settings.LOG_LEVEL, service="vagent-graph")
+    quiet_parsers()  # documents uploaded to the admin API
     try:
         app = create_app(settings)
     except (InsecureConfigError, ValueError) as exc:

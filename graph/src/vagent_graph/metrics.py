@@ -24,3 +24,14 @@ HITL_REQUESTS = Counter("vagent_graph_hitl_requests_total", "Questions asked to 
 HITL_RESUMES = Counter("vagent_graph_hitl_resumes_total", "Answers received", ["outcome"])
 ACTIVE_RUNS = Gauge("vagent_graph_active_runs", "Workflow runs in progress")
 SECURITY_EVENTS = Counter("vagent_graph_security_events_total", "Refused access", ["kind"])
+KNOWLEDGE_QUERIES = Counter(
+    "vagent_graph_knowledge_queries_total",
+    "Document searches and entity lookups by outcome (found, empty, nothing_readable, unavailable)",
+    ["tool", "outcome"],
+)
+KNOWLEDGE_SECONDS = Histogram(
+    "vagent_graph_knowledge_query_seconds",
+    "Time of one document search (query embedding included) or entity lookup",
+    ["tool"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)

@@ -37,7 +37,7 @@ from vagent_graph.knowledge.embeddings import EmbeddingError, make_embedder
 from vagent_graph.knowledge.entities import EntityFileError, load_files
 from vagent_graph.knowledge.entity_store import EntityStore, EntityStoreError
 from vagent_graph.knowledge.ingest import Parsed
-from vagent_graph.knowledge.parsing import DocumentError
+from vagent_graph.knowledge.parsing import DocumentError, quiet_parsers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
 
@@ -259,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # The command prints what it did; its logs only for problems unless asked for more.
         level = "WARNING" if settings.LOG_LEVEL.upper() == "INFO" else settings.LOG_LEVEL
         configure_logging(level, service="vagent-docs")
+        quiet_parsers()
         asyncio.run(run(args, settings))
     except (
         CliError,

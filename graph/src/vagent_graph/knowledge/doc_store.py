@@ -72,13 +72,13 @@ class DocumentStore:
         flt = document_filter(readers)
         if flt is None:
             return []
-        index = await self._search_index()
+        index = await self.search_index()
         if index is None:
             return []
         vector = (await self.embedder.embed([query]))[0]
         return await hybrid_search(index, flt, vector, query, k or self.top_k)
 
-    async def _search_index(self) -> AsyncSearchIndex | None:
+    async def search_index(self) -> AsyncSearchIndex | None:
         """The index to query, or None when nothing was ever ingested; IndexMismatch when it
         was built with another embedding model (its vectors would be meaningless)."""
         meta = await doc_index.read_meta(self.redis, self.index)

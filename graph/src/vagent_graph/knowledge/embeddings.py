@@ -105,10 +105,19 @@ class LocalEmbedder:
             log.info("embedding_model_loaded", model=self.model_id, path=str(model))
 
     def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
-        """Blocking; mean pooling over the attention mask, as sentence-transformers does."""
+        """Blocking; mean pooling over the attention mask, as sentence-transformers does.
+        Texts are batched by length (a batch is padded to its longest text), then put back
+        in their order."""
         self._load()
-        out = [self._batch(list(texts[i : i + BATCH])) for i in range(0, len(texts), BATCH)]
-        return np.vstack(out) if out else np.zeros((0, LOCAL_DIMENSIONS), dtype=np.float32)
+        if not texts:
+            return np.zeros((0, LOCAL_DIMENSIONS), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        vectors = np.vstack(
+            [self._batch([texts[i] for i in order[j : j + BATCH]]) for j in range(0, len(order), BATCH)]
+        )
+        out = np.empty_like(vectors)
+        out[order] = vectors
+        return out
 
     def _batch(self, texts: list[str]) -> np.ndarray:
         enc = self._tokenizer.encode_batch(texts)

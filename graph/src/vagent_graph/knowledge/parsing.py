@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,12 @@ from markdown_it.token import Token
 from pypdf import PdfReader
 
 from vagent_shared.knowledge import DocumentFormat
+
+
+def quiet_parsers() -> None:
+    """pypdf logs a warning for every oddity of a damaged file; the file's one clear
+    DocumentError is what the operator needs. Called once by the processes that parse."""
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 class DocumentError(ValueError):

@@ -8,6 +8,8 @@ nothing says so in the same words whether nothing matches or nothing is readable
 
 from __future__ import annotations
 
+import time
+
 import structlog
 from pydantic import BaseModel, Field
 
@@ -21,6 +23,7 @@ from vagent_shared.knowledge import SearchHit, SourceRef
 
 log = structlog.get_logger(__name__)
 
+NAME = "search_documents"
 UNAVAILABLE = "Document search is not available right now. Answer without it and say so."
 ROOM_NOTE = "Only documents that everyone in this room may read were searched."
 
@@ -62,15 +65,20 @@ def format_hits(hits: list[SearchHit], known: tuple[SourceRef, ...], in_room: bo
 
 async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) -> ToolResult:
     readers = readers_for(ctx.ac, ctx.audience, DOCUMENT_KINDS)
+    start = time.perf_counter()
     try:
         hits = await ctx.services.get(DocumentStore).search(readers, args.query)
     except (ServiceUnavailable, IndexMismatch) as exc:
         log.error("document_search_unavailable", reason=str(exc))
+        metrics.KNOWLEDGE_QUERIES.labels(NAME, "unavailable").inc()
         return ToolResult(UNAVAILABLE)
     except Exception as exc:  # Redis down, embedding endpoint down: the answer goes on without
         log.error("document_search_failed", error_type=type(exc).__name__)
-        metrics.TOOL_CALLS.labels("search_documents", "failed").inc()
+        metrics.KNOWLEDGE_QUERIES.labels(NAME, "unavailable").inc()
         return ToolResult(UNAVAILABLE)
+    metrics.KNOWLEDGE_SECONDS.labels(NAME).observe(time.perf_counter() - start)
+    outcome = "nothing_readable" if readers is None else ("found" if hits else "empty")
+    metrics.KNOWLEDGE_QUERIES.labels(NAME, outcome).inc()
     log.info(
         "document_search",
         user_id=ctx.ac.user_id,
@@ -78,12 +86,13 @@ async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) ->
         audience=len(ctx.audience.members) if ctx.audience else 0,
         public_only=bool(ctx.audience and ctx.audience.public_only),
         results=len(hits),
+        documents=len({h.doc_id for h in hits}),
     )
     return format_hits(hits, ctx.sources, in_room=ctx.audience is not None)
 
 
 TOOL = Tool(
-    name="search_documents",
+    name=NAME,
     description=(
         "Search the organisation's documents (policies, reports, runbooks...) that the user may "
         "read. Returns numbered passages; cite them as [n]. Use it for questions about the "

@@ -9,6 +9,8 @@ path through a forbidden entity simply does not exist in what comes back.
 
 from __future__ import annotations
 
+import time
+
 import structlog
 from pydantic import BaseModel, Field
 
@@ -77,16 +79,21 @@ async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> 
     readers = readers_for(ctx.ac, ctx.audience, ENTITY_KINDS)
     if readers is None:
         log.info("entity_lookup", user_id=ctx.ac.user_id, readers=0, results=0)
+        metrics.KNOWLEDGE_QUERIES.labels(NAME, "nothing_readable").inc()
         return NOTHING
+    start = time.perf_counter()
     try:
         found = await ctx.services.get(EntityStore).lookup(readers, args.query, depth=args.depth)
     except ServiceUnavailable as exc:
         log.error("entity_lookup_unavailable", reason=str(exc))
+        metrics.KNOWLEDGE_QUERIES.labels(NAME, "unavailable").inc()
         return UNAVAILABLE
     except Exception as exc:  # Redis down, module missing, a timeout: the answer goes on without
         log.error("entity_lookup_failed", error_type=type(exc).__name__)
-        metrics.TOOL_CALLS.labels(NAME, "failed").inc()
+        metrics.KNOWLEDGE_QUERIES.labels(NAME, "unavailable").inc()
         return UNAVAILABLE
+    metrics.KNOWLEDGE_SECONDS.labels(NAME).observe(time.perf_counter() - start)
+    metrics.KNOWLEDGE_QUERIES.labels(NAME, "found" if found.matches else "empty").inc()
     log.info(
         "entity_lookup",
         user_id=ctx.ac.user_id,
