@@ -1,8 +1,9 @@
 """Offline checks of the deployment files.
 
-Covers requirements/*.txt, graph/Dockerfile, bot/Dockerfile, docker-compose.yml,
-deploy/dev/, k8s/ (kustomize base + dev/prod overlays) and the Tiltfile. No
-network, no Docker engine and no cluster are needed.
+Covers requirements/*.txt, graph/Dockerfile, bot/Dockerfile, deploy/redis/Dockerfile,
+docker-compose.yml, deploy/dev/, k8s/ (kustomize base + dev/prod overlays) and the
+Tiltfile. No network, no Docker engine and no cluster are needed (so the Redis image
+is checked as text, never built).
 
 With ``kubectl`` on PATH the overlays are rendered by ``kubectl kustomize``.
 Without it, the manifest checks run on a small built-in approximation of
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import re
 import shlex
 import shutil
@@ -22,13 +24,14 @@ import subprocess
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, get_args
 
 import kubernetes_validate
 import kubernetes_validate.utils
 import pytest
 import starlark  # starlark-pyo3, from requirements/dev.txt
 import yaml
+from pydantic import SecretStr
 
 from vagent_shared.access import Resource
 from vagent_shared.settings import AcpSettings, BotSettings, GraphSettings
@@ -40,6 +43,8 @@ NAMESPACES = {"dev": "vagent-dev", "prod": "vagent"}
 COMPOSE = ROOT / "docker-compose.yml"
 TILTFILE = ROOT / "Tiltfile"
 DOCKERFILES = {"graph": ROOT / "graph" / "Dockerfile", "bot": ROOT / "bot" / "Dockerfile"}
+REDIS_DOCKERFILE = ROOT / "deploy" / "redis" / "Dockerfile"
+KNOWLEDGE = ROOT / "deploy" / "dev" / "knowledge"
 KUBECTL = shutil.which("kubectl")
 
 # The only environment variable names each service may be given: the settings classes in
@@ -47,8 +52,41 @@ KUBECTL = shutil.which("kubectl")
 GRAPH_ENV = set(GraphSettings.model_fields)
 BOT_ENV = set(BotSettings.model_fields)
 ACP_ENV = set(AcpSettings.model_fields)
-SECRET_ENV = {"GRAPH_API_TOKEN", "OPENAI_API_KEY", "MATRIX_PASSWORD", "MATRIX_ACCESS_TOKEN"}
+SECRET_ENV = {
+    "GRAPH_API_TOKEN",
+    "GRAPH_ADMIN_TOKEN",
+    "OPENAI_API_KEY",
+    "EMBEDDINGS_API_KEY",
+    "MATRIX_PASSWORD",
+    "MATRIX_ACCESS_TOKEN",
+}
 SECRET_NAME = "vagent-secrets"
+# Settings the deployment files must set (compose and k8s), beyond the ones pinned by
+# the older tests: documents and entities (graph) and the room audience (bot).
+KNOWLEDGE_ENV = {
+    "EMBEDDINGS_BASE_URL",
+    "EMBEDDINGS_MODEL",
+    "EMBEDDINGS_API_KEY",
+    "EMBEDDINGS_TIMEOUT_SECONDS",
+    "DOCS_INDEX",
+    "DOCS_VECTOR_ALGORITHM",
+    "SEARCH_TOP_K",
+    "ENTITY_GRAPH",
+    "GRAPH_ADMIN_TOKEN",
+    "MAX_INGEST_BYTES",
+}
+AUDIENCE_ENV = {"AUDIENCE_FILTER", "AUDIENCE_MAX_MEMBERS", "AUDIENCE_CONCURRENCY"}
+# What `vagent-docs` must share with the graph, or what it writes is not what the graph reads.
+INGEST_SHARED_ENV = {
+    "REDIS_URL",
+    "DOCS_INDEX",
+    "DOCS_VECTOR_ALGORITHM",
+    "ENTITY_GRAPH",
+    "EMBEDDINGS_BASE_URL",
+    "EMBEDDINGS_MODEL",
+    "EMBEDDINGS_API_KEY",
+    "EMBEDDINGS_TIMEOUT_SECONDS",
+}
 
 # k8s workload name -> (allowed env names, console command it runs, port)
 WORKLOADS = {
@@ -56,6 +94,9 @@ WORKLOADS = {
     "vagent-bot": (BOT_ENV, "vagent-bot", 8080),
     "vagent-acp": (ACP_ENV, "vagent-acp", 8090),
 }
+KNOWLEDGE_JOB = "vagent-knowledge"
+KNOWLEDGE_MOUNT = "/etc/vagent/knowledge"
+INGEST_ARGS = ["vagent-docs", "ingest", "--manifest", f"{KNOWLEDGE_MOUNT}/manifest.yaml"]
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 
 
@@ -87,6 +128,7 @@ def _kustomization(directory: Path) -> dict[str, Any]:
 
 def _generated(kind: str, gen: dict[str, Any], directory: Path) -> dict[str, Any]:
     data: dict[str, str] = {}
+    binary: dict[str, str] = {}
     for literal in gen.get("literals", []):
         key, _, value = literal.partition("=")
         data[key] = value
@@ -94,7 +136,11 @@ def _generated(kind: str, gen: dict[str, Any], directory: Path) -> dict[str, Any
         key, sep, rel = entry.partition("=")
         if not sep:
             key, rel = Path(entry).name, entry
-        data[key] = (directory / rel).read_text()
+        raw = (directory / rel).read_bytes()
+        try:
+            data[key] = raw.decode()
+        except UnicodeDecodeError:  # kustomize puts what is not UTF-8 in binaryData
+            binary[key] = base64.b64encode(raw).decode()
     for env_file in gen.get("envs", []):
         for line in (directory / env_file).read_text().splitlines():
             if line.strip() and not line.lstrip().startswith("#"):
@@ -108,9 +154,11 @@ def _generated(kind: str, gen: dict[str, Any], directory: Path) -> dict[str, Any
     }
     if kind == "Secret":
         doc["type"] = gen.get("type", "Opaque")
-        doc["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        doc["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()} | binary
     else:
         doc["data"] = data
+        if binary:
+            doc["binaryData"] = binary
     return doc
 
 
@@ -201,7 +249,11 @@ def _summary(docs: list[dict[str, Any]]) -> dict[tuple[str, str], Any]:
         key = (doc["kind"], _base_name(doc))
         spec = _pod_spec(doc)
         if spec is None:
-            out[key] = (doc["metadata"].get("namespace"), sorted(doc.get("data", {})))
+            out[key] = (
+                doc["metadata"].get("namespace"),
+                sorted(doc.get("data", {})),
+                sorted(doc.get("binaryData", {})),
+            )
         else:
             containers = [
                 (c["name"], c["image"], sorted(e["name"] for e in c.get("env", [])))
@@ -221,6 +273,45 @@ def _validate(doc: dict[str, Any], where: str) -> None:
         )
 
 
+def _loaded_modules(args: list[str]) -> list[str]:
+    """The paths given to `--loadmodule` in a redis-server command line."""
+    return [args[i + 1] for i, a in enumerate(args) if a == "--loadmodule"]
+
+
+def _falkordb_module() -> str:
+    """Where deploy/redis/Dockerfile puts the FalkorDB module (its ENV FALKORDB_MODULE)."""
+    (path,) = re.findall(r"^ENV FALKORDB_MODULE=(\S+)$", REDIS_DOCKERFILE.read_text(), re.M)
+    return str(path)
+
+
+def _knowledge_files() -> list[str]:
+    """deploy/dev/knowledge/manifest.yaml and every file it names, relative to it."""
+    manifest = yaml.safe_load((KNOWLEDGE / "manifest.yaml").read_text())
+    files = [d["file"] for d in manifest["documents"]] + [e["file"] for e in manifest["entities"]]
+    assert files and len(set(files)) == len(files)
+    return ["manifest.yaml", *files]
+
+
+def _config_map_bytes(cm: dict[str, Any], key: str) -> bytes:
+    if key in cm.get("binaryData", {}):
+        return base64.b64decode(cm["binaryData"][key])
+    return str(cm["data"][key]).encode()
+
+
+def _env_by_name(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def _secret_settings() -> set[str]:
+    """Every setting typed as a secret (SecretStr) in vagent_shared.settings."""
+    return {
+        name
+        for cls in (GraphSettings, BotSettings, AcpSettings)
+        for name, field in cls.model_fields.items()
+        if field.annotation is SecretStr or SecretStr in get_args(field.annotation)
+    }
+
+
 # ------------------------------------------------------------------- (a) YAML parses
 
 
@@ -232,6 +323,11 @@ def test_yaml_parses(path: Path) -> None:
     assert all(isinstance(d, dict) for d in docs), f"{path}: every document must be a mapping"
 
 
+def test_secret_list_matches_the_settings() -> None:
+    """SECRET_ENV drives the no-default / Secret-only checks: it must name every secret."""
+    assert _secret_settings() == SECRET_ENV
+
+
 def test_expected_files_exist() -> None:
     for rel in (
         "k8s/base/kustomization.yaml",
@@ -239,6 +335,9 @@ def test_expected_files_exist() -> None:
         "k8s/overlays/prod/kustomization.yaml",
         "deploy/dev/acp-policy.yaml",
         "deploy/dev/synapse/homeserver.yaml",
+        "deploy/dev/knowledge/manifest.yaml",
+        "deploy/redis/Dockerfile",
+        "k8s/overlays/dev/knowledge.yaml",
         "docker-compose.yml",
         "Tiltfile",
         ".dockerignore",
@@ -358,10 +457,12 @@ def test_workloads_have_probes_resources_and_security(overlay: str) -> None:
             continue
         name = doc["metadata"]["name"]
         assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec.get("automountServiceAccountToken") is False, name
         for c in spec["containers"]:
             where = f"{overlay} {name}/{c['name']}"
-            assert c.get("readinessProbe"), f"{where}: no readinessProbe"
-            assert c.get("livenessProbe"), f"{where}: no livenessProbe"
+            if doc["kind"] != "Job":  # a run-to-completion pod has nothing to probe
+                assert c.get("readinessProbe"), f"{where}: no readinessProbe"
+                assert c.get("livenessProbe"), f"{where}: no livenessProbe"
             limits = c.get("resources", {}).get("limits", {})
             requests = c.get("resources", {}).get("requests", {})
             assert {"cpu", "memory"} <= set(limits), f"{where}: cpu/memory limits missing"
@@ -385,7 +486,7 @@ def test_ports_commands_and_env_names(overlay: str) -> None:
     workloads = _workloads(docs)
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     for name, doc in workloads.items():
-        if name == "vagent-redis":
+        if name in ("vagent-redis", KNOWLEDGE_JOB):  # checked by their own tests
             continue
         assert name in WORKLOADS, f"unexpected workload {name}"
         allowed, command, port = WORKLOADS[name]
@@ -448,12 +549,13 @@ def test_labels_namespace_and_images(overlay: str) -> None:
             assert doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vagent"
     images = {c["image"] for c in _all_containers(docs)}
     ours = {i for i in images if i.startswith("vagent-")}
+    # Redis too is our image now (redis:8 + FalkorDB): nothing else is pulled.
+    assert images == ours, sorted(images - ours)
     if overlay == "dev":
-        assert ours == {"vagent-graph:dev", "vagent-bot:dev"}
+        assert ours == {"vagent-graph:dev", "vagent-bot:dev", "vagent-redis:dev"}
     else:
-        assert {i.partition(":")[0] for i in ours} == {"vagent-graph", "vagent-bot"}
+        assert {i.partition(":")[0] for i in ours} == {"vagent-graph", "vagent-bot", "vagent-redis"}
         assert all(i.partition(":")[2] not in ("", "latest", "dev") for i in ours), ours
-    assert "redis:8" in images
 
 
 def test_redis_statefulset() -> None:
@@ -462,9 +564,11 @@ def test_redis_statefulset() -> None:
         sts = _workloads(docs)["vagent-redis"]
         assert sts["kind"] == "StatefulSet"
         (container,) = sts["spec"]["template"]["spec"]["containers"]
-        assert container["image"] == "redis:8"
+        assert container["image"].partition(":")[0] == "vagent-redis"
         # args only: the image entrypoint adds the bundled modules (search, JSON)
         assert "command" not in container and container["args"][0] == "redis-server"
+        # ... and the graph module, outside that folder, is loaded explicitly
+        assert _loaded_modules(container["args"]) == [_falkordb_module()], f"{overlay}: graph module"
         assert sts["spec"]["volumeClaimTemplates"], "redis data must be persistent"
         (svc,) = [
             d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == sts["spec"]["serviceName"]
@@ -510,6 +614,74 @@ def test_dev_acp_serves_the_demo_policy() -> None:
     ]
     served = cm["data"][Path(policy_file).name]
     assert yaml.safe_load(served) == yaml.safe_load((ROOT / "deploy/dev/acp-policy.yaml").read_text())
+
+
+def test_knowledge_job_in_dev_only() -> None:
+    assert KNOWLEDGE_JOB not in _workloads(rendered("prod")), "the demo knowledge must not reach prod"
+    assert not [d for d in rendered("prod") if d["metadata"]["name"].startswith("vagent-knowledge")]
+    docs = rendered("dev")
+    job = _workloads(docs)[KNOWLEDGE_JOB]
+    assert job["kind"] == "Job"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] in ("Never", "OnFailure")
+    assert job["spec"]["backoffLimit"] >= 1 and job["spec"]["activeDeadlineSeconds"] > 0
+    (container,) = pod["containers"]
+    assert container["image"] == "vagent-graph:dev", "vagent-docs ships in the graph image"
+    assert container.get("args") == INGEST_ARGS and "command" not in container
+    env = _env_by_name(container)
+    assert set(env) <= GRAPH_ENV, sorted(set(env) - GRAPH_ENV)
+    assert not container.get("envFrom")
+    # What it writes is what the graph reads: the same sources for the shared settings.
+    graph = _env_by_name(_workloads(docs)["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
+    for name in INGEST_SHARED_ENV:
+        assert name in env, f"the knowledge Job lacks {name}"
+        assert env[name] == graph[name], f"{name}: the Job and the graph read it from different places"
+
+
+def test_knowledge_job_mounts_the_demo_files_where_the_manifest_names_them() -> None:
+    docs = rendered("dev")
+    pod = _workloads(docs)[KNOWLEDGE_JOB]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == KNOWLEDGE_MOUNT]
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (cm,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    paths = {item["path"]: item["key"] for item in volume["configMap"]["items"]}
+    files = _knowledge_files()
+    assert sorted(paths) == sorted(files), "the Job must see exactly the manifest and its files"
+    assert set(cm.get("data", {})) | set(cm.get("binaryData", {})) == set(paths.values())
+    for rel, key in paths.items():
+        assert _config_map_bytes(cm, key) == (KNOWLEDGE / rel).read_bytes(), f"{rel} differs in the ConfigMap"
+
+
+def test_knowledge_mirror_equals_deploy_dev_knowledge() -> None:
+    """kustomize reads only below the overlay: k8s/overlays/dev/knowledge is a copy."""
+    mirror = OVERLAYS["dev"] / "knowledge"
+    files = _knowledge_files()
+    held = sorted(str(f.relative_to(mirror)) for f in mirror.rglob("*") if f.is_file())
+    fix = (
+        "copy deploy/dev/knowledge/{manifest.yaml, the files it names} to k8s/overlays/dev/knowledge/"
+        " (same relative paths; a new file also needs its line in the overlay's kustomization.yaml"
+        " and knowledge.yaml)"
+    )
+    assert held == sorted(files), f"k8s/overlays/dev/knowledge must hold exactly {files}; {fix}"
+    for rel in files:
+        assert (mirror / rel).read_bytes() == (KNOWLEDGE / rel).read_bytes(), f"{rel} differs; {fix}"
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_new_settings_are_wired(overlay: str) -> None:
+    workloads = _workloads(rendered(overlay))
+    graph = _env_by_name(workloads["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
+    bot = _env_by_name(workloads["vagent-bot"]["spec"]["template"]["spec"]["containers"][0])
+    assert KNOWLEDGE_ENV <= set(graph), sorted(KNOWLEDGE_ENV - set(graph))
+    assert AUDIENCE_ENV <= set(bot), sorted(AUDIENCE_ENV - set(bot))
+    for name in {"EMBEDDINGS_API_KEY", "GRAPH_ADMIN_TOKEN"}:
+        ref = graph[name]["valueFrom"]["secretKeyRef"]
+        # optional: documents work without either (offline model; no admin API)
+        assert ref == {"name": SECRET_NAME, "key": name, "optional": True}, ref
 
 
 # --------------------------------------------------------------------- dev policy
@@ -575,9 +747,10 @@ def test_compose_services_and_profiles() -> None:
     services = _compose()["services"]
     for name in ("redis", "graph", "bot"):
         assert name in services and not services[name].get("profiles"), name
-    for name in ("acp", "synapse"):
+    for name in ("acp", "synapse", "knowledge"):
         assert services[name]["profiles"] == ["dev"], name
-    assert services["redis"]["image"] == "redis:8"
+    assert services["redis"]["image"] == "vagent-redis:local"
+    assert (ROOT / services["redis"]["build"]["context"]).resolve() == REDIS_DOCKERFILE.parent
     assert "redis-cli" in services["redis"]["healthcheck"]["test"]
     assert any(str(v).endswith(":/data") for v in services["redis"]["volumes"])
     assert services["graph"]["depends_on"]["redis"]["condition"] == "service_healthy"
@@ -605,7 +778,10 @@ def test_compose_build_dockerfiles_exist() -> None:
     assert builds >= 2
 
 
-@pytest.mark.parametrize(("service", "allowed"), [("graph", GRAPH_ENV), ("bot", BOT_ENV), ("acp", ACP_ENV)])
+@pytest.mark.parametrize(
+    ("service", "allowed"),
+    [("graph", GRAPH_ENV), ("bot", BOT_ENV), ("acp", ACP_ENV), ("knowledge", GRAPH_ENV)],
+)
 def test_compose_env_names(service: str, allowed: set[str]) -> None:
     env = _compose_env(_compose()["services"][service])
     assert env
@@ -630,6 +806,39 @@ def test_compose_secrets_have_no_default() -> None:
         assert token.startswith("${GRAPH_API_TOKEN:?"), f"{sname}: GRAPH_API_TOKEN must be required"
 
 
+def test_compose_redis_loads_the_graph_module() -> None:
+    redis = _compose()["services"]["redis"]
+    command = redis["command"]
+    assert isinstance(command, list) and command[0] == "redis-server"
+    # `command` replaces the image's CMD (which loads it) but keeps its entrypoint
+    # (which adds the bundled search + JSON modules).
+    assert "entrypoint" not in redis
+    assert _loaded_modules(command) == [_falkordb_module()]
+
+
+def test_compose_knowledge_service() -> None:
+    services = _compose()["services"]
+    knowledge = services["knowledge"]
+    assert knowledge["image"] == services["graph"]["image"], "vagent-docs ships in the graph image"
+    assert knowledge["build"] == services["graph"]["build"]
+    assert knowledge["command"] == INGEST_ARGS
+    assert knowledge["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert knowledge.get("restart") == "no", "a one-shot must not be restarted"
+    mounts = {str(v).split(":")[1]: str(v).split(":") for v in knowledge["volumes"]}
+    source, _, mode = mounts[KNOWLEDGE_MOUNT]
+    assert (ROOT / source).resolve() == KNOWLEDGE.resolve() and mode == "ro"
+    # It writes what the graph reads: the same values for the shared settings.
+    env, graph = _compose_env(knowledge), _compose_env(services["graph"])
+    for name in INGEST_SHARED_ENV:
+        assert name in env and env[name] == graph[name], name
+
+
+def test_compose_wires_every_new_setting() -> None:
+    services = _compose()["services"]
+    assert KNOWLEDGE_ENV <= set(_compose_env(services["graph"]))
+    assert AUDIENCE_ENV <= set(_compose_env(services["bot"]))
+
+
 def test_compose_volumes_and_mounts() -> None:
     compose = _compose()
     services = compose["services"]
@@ -652,6 +861,11 @@ def test_compose_volumes_and_mounts() -> None:
 
 
 def _run_tiltfile() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    return _eval_tiltfile()[0]
+
+
+def _eval_tiltfile() -> tuple[list[tuple[str, tuple[Any, ...], dict[str, Any]]], starlark.Module]:
+    """The Tiltfile run with recording stubs: (the calls it made, its globals)."""
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     def stub(name: str) -> Callable[..., Any]:
@@ -681,17 +895,25 @@ def _run_tiltfile() -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
         "dc_resource",
     ):
         module.add_callable(name, stub(name))
+    for name in ("TRIGGER_MODE_AUTO", "TRIGGER_MODE_MANUAL"):  # Tilt's built-in constants
+        module[name] = name
     ast = starlark.parse("Tiltfile", TILTFILE.read_text(), starlark.Dialect.standard())
     starlark.eval(module, ast, starlark.Globals.standard())
-    return calls
+    return calls, module
 
 
 def test_tiltfile_builds_images_and_loads_dev_overlay() -> None:
     calls = _run_tiltfile()
     builds = {args[0]: (args, kwargs) for name, args, kwargs in calls if name == "docker_build"}
-    assert set(builds) == {"vagent-graph", "vagent-bot"}
+    assert set(builds) == {"vagent-graph", "vagent-bot", "vagent-redis"}
+    # Redis: a plain build of deploy/redis (nothing to live-update in it)
+    redis_args, redis_kwargs = builds.pop("vagent-redis")
+    context = ROOT / redis_args[1]
+    assert (context / redis_kwargs.get("dockerfile", "Dockerfile")).resolve() == REDIS_DOCKERFILE
+    assert "live_update" not in redis_kwargs and "entrypoint" not in redis_kwargs
     dev_docs = rendered("dev")
     dev_images = {c["image"].partition(":")[0] for c in _all_containers(dev_docs)}
+    assert "vagent-redis" in dev_images
     for ref, (args, kwargs) in builds.items():
         assert ref in dev_images, f"{ref} is built but not used by the dev overlay"
         context = ROOT / args[1]
@@ -731,6 +953,27 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert "8090:8090" in forwards["vagent-acp"] or "8090" in forwards["vagent-acp"]
     for kw in resources.values():
         assert set(kw.get("resource_deps", [])) <= workloads
+    # the demo knowledge is ingested once Redis is up
+    assert "vagent-redis" in resources[KNOWLEDGE_JOB]["resource_deps"]
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="no POSIX shell")
+def test_tiltfile_supervisor_completes_one_shots_and_restarts_crashes(tmp_path: Path) -> None:
+    """Tilt puts SUPERVISOR on every container of the graph image, the knowledge Job's too:
+    a clean exit must end it (or the Job never completes), a crash must start it again."""
+    _, module = _eval_tiltfile()
+    supervisor = str(module["SUPERVISOR"]).replace("/tmp/", f"{tmp_path}/")
+    assert "/tmp/" in str(module["RESTART"]) and str(module["SUPERVISOR"]).count("/tmp/") >= 2
+
+    def supervise(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["sh", "-c", supervisor, "vagent-live", *command], capture_output=True, text=True, timeout=20
+        )
+
+    assert supervise("sh", "-c", "echo once").stdout == "once\n"
+    flag = tmp_path / "crashed"
+    crash_once = f'if [ -e "{flag}" ]; then echo again; exit 0; fi; touch "{flag}"; exit 3'
+    assert supervise("sh", "-c", crash_once).stdout == "again\n"
 
 
 # ----------------------------------------------------- (f) Dockerfiles and locks
@@ -787,6 +1030,39 @@ def test_dockerfile(service: str) -> None:
         assert "vagent-acp" in scripts, "bot/pyproject.toml lacks the vagent-acp console script"
 
 
+def test_redis_dockerfile() -> None:
+    """redis:8 + FalkorDB's module. Never built here (no Docker engine): checked as text."""
+    lines = _logical_lines(REDIS_DOCKERFILE.read_text())
+    args = {}
+    for ln in lines:
+        if ln.startswith("ARG ") and "=" in ln:
+            name, _, value = ln.removeprefix("ARG ").partition("=")
+            args[name] = value
+    # pinned versions: FalkorDB v4.x on the Redis 8.x its image is built FROM
+    assert re.fullmatch(r"v4\.\d+\.\d+", args["FALKORDB_VERSION"]), args
+    assert re.fullmatch(r"8\.\d+\.\d+", args["REDIS_VERSION"]), args
+    froms = [ln.split()[1:] for ln in lines if ln.startswith("FROM ")]
+    assert froms == [["falkordb/falkordb:${FALKORDB_VERSION}", "AS", "falkordb"], ["redis:${REDIS_VERSION}"]]
+    # only the module comes from FalkorDB's image, from where that image keeps it
+    module = _falkordb_module()
+    (copy,) = [ln for ln in lines if ln.startswith("COPY ")]
+    parts = shlex.split(copy)
+    assert "--from=falkordb" in parts and parts[-2:] == [
+        "/var/lib/falkordb/bin/falkordb.so",
+        "${FALKORDB_MODULE}",
+    ], copy
+    # Redis refuses a module file without execute permission
+    assert any(re.fullmatch(r"--chmod=0?7[57]5", p) for p in parts), copy
+    # outside the folder the entrypoint loads by itself: it is loaded explicitly
+    assert not module.startswith("/usr/local/lib/redis/modules/"), module
+    assert any("apt-get install" in ln and "libgomp1" in ln for ln in lines), "FalkorDB needs libgomp1"
+    # redis:8's entrypoint (drops root, adds the bundled modules) is kept
+    assert not [ln for ln in lines if ln.startswith("ENTRYPOINT")]
+    (cmd,) = [ln for ln in lines if ln.startswith("CMD ")]
+    assert _loaded_modules(json.loads(cmd.removeprefix("CMD "))) == [module]
+    assert not [ln for ln in lines if ln.startswith("USER ")], "the entrypoint drops to the redis user itself"
+
+
 def test_dockerignore_excludes_local_state() -> None:
     patterns = {
         ln.strip()
@@ -834,10 +1110,12 @@ def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
 def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     doc = (ROOT / "docs" / "deployment.md").read_text()
     used: set[str] = set()
-    for service in ("graph", "bot", "acp"):
+    for service in ("graph", "bot", "acp", "knowledge"):
         used |= set(_compose_env(_compose()["services"][service]))
-    for name in sorted(used):
+    for name in sorted(used | KNOWLEDGE_ENV | AUDIENCE_ENV):
         assert f"`{name}`" in doc, f"docs/deployment.md does not mention {name}"
     assert "README.md" in doc  # the full list of settings lives there
     for text in ("--profile dev", "k8s/overlays/dev", "k8s/overlays/prod", "tilt up", SECRET_NAME):
+        assert text in doc, text
+    for text in ("deploy/redis/Dockerfile", "vagent-redis", "FalkorDB", "vagent-docs", KNOWLEDGE_JOB):
         assert text in doc, text

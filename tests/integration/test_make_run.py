@@ -112,11 +112,17 @@ def test_readme_curl_conversation(make_run: dict[str, int]) -> None:
 
 
 def chat(
-    make_run: dict[str, int], tmp: Path, user: str, lines: list[tuple[str, str]], timeout: float = 60
+    make_run: dict[str, int],
+    tmp: Path,
+    user: str,
+    lines: list[tuple[str, str]],
+    timeout: float = 60,
+    **extra: str,
 ) -> str:
     """Drive `vagent-chat` like a person: type a line, wait until `expect` shows, type the next."""
     env = {
         **os.environ,
+        **extra,
         "CHAT_HOMESERVER": f"http://127.0.0.1:{make_run['SYNAPSE_PORT']}",
         "CHAT_USER": f"@{user}:localhost",
         "CHAT_PASSWORD": f"{user}-password",
@@ -180,3 +186,17 @@ def test_make_chat_user_without_access_gets_nothing(make_run: dict[str, int], tm
     out = chat(make_run, tmp_path, "dave", [("hello?", r"")], timeout=30)
     time.sleep(3)
     assert "vagent" not in out.split("Ctrl-D quits")[1]
+
+
+def test_make_run_answers_from_what_each_reader_may_read(make_run: dict[str, int], tmp_path: Path) -> None:
+    """The demo: alice and bob ask the same question and get different, cited answers; in a
+    room with carol, alice gets only what carol may read too."""
+    question = "What was the Q3 revenue?"
+    alice = chat(make_run, tmp_path, "alice", [(question, r"Sources:\n- \[1\].*\n- \[2\]")])
+    assert "EUR 18.4 million" in alice and "(`q3-2026-financials`)" in alice
+    bob = chat(make_run, tmp_path, "bob", [(question, r"Sources:\n- \[1\]")])
+    assert "(`q3-2026-press-summary`)" in bob
+    assert "18.4" not in bob and "q3-2026-financials" not in bob
+    room = chat(make_run, tmp_path, "alice", [(question, r"Sources:\n- \[1\]")], CHAT_WITH="@carol:localhost")
+    assert "a room with @carol:localhost" in room and "(`q3-2026-press-summary`)" in room
+    assert "18.4" not in room and "q3-2026-financials" not in room

@@ -3,6 +3,11 @@
 Logs in as the demo user, opens (or reuses) an encrypted DM with the bot, and shows the
 bot's answers as they stream in (edits are printed as they grow). Type `yes`/`no` to
 answer a confirmation; Ctrl-D or Ctrl-C quits.
+
+`--with @carol:localhost` (CHAT_WITH) talks in a group room with the bot and that user
+instead (created with the tenant state event, the other user joined with their dev
+password): answers there use only what everyone in the room may read. Messages are sent
+with the `!ai` prefix there, as the bot answers only when addressed in a group room.
 """
 
 from __future__ import annotations
@@ -93,6 +98,35 @@ async def find_or_create_dm(client: AsyncClient, bot: str) -> str:
     return str(resp.room_id)
 
 
+async def find_or_create_group(
+    client: AsyncClient, bot: str, other: str, other_password: str, tenant: str, homeserver: str
+) -> str:
+    """A room with the bot and `other` (who joins with their password), reused when it exists."""
+    name = f"vagent demo with {other}"
+    for room_id, room in client.rooms.items():
+        if room.name == name:
+            return str(room_id)
+    resp = await client.room_create(
+        name=name,
+        invite=[bot, other],
+        preset=RoomPreset.private_chat,
+        initial_state=[{"type": "io.vagent.tenant", "state_key": "", "content": {"domain": tenant}}],
+    )
+    if not isinstance(resp, RoomCreateResponse):
+        raise SystemExit(f"chat: could not create a room with {bot} and {other}: {resp}")
+    guest = AsyncClient(homeserver, other)
+    try:
+        login = await guest.login(other_password, device_name="vagent-chat (joining)")
+        if not isinstance(login, LoginResponse):
+            raise SystemExit(
+                f"chat: could not log in as {other} to join the room: {getattr(login, 'message', login)}"
+            )
+        await guest.join(str(resp.room_id))
+    finally:
+        await guest.close()
+    return str(resp.room_id)
+
+
 async def wait_for_bot(client: AsyncClient, room_id: str, bot: str, limit_s: float = 60) -> None:
     """Messages can only be sent (and encrypted for the bot) once the bot has joined."""
     loop = asyncio.get_running_loop()
@@ -130,14 +164,21 @@ async def amain(args: argparse.Namespace) -> None:
         os.chmod(creds, 0o600)
     chat = Chat(client, args.bot)
     await client.sync(timeout=0, full_state=True)
-    chat.room_id = await find_or_create_dm(client, args.bot)
+    if args.with_user:
+        password = args.with_password or f"{args.with_user.strip('@').split(':')[0]}-password"
+        chat.room_id = await find_or_create_group(
+            client, args.bot, args.with_user, password, args.tenant, args.homeserver
+        )
+    else:
+        chat.room_id = await find_or_create_dm(client, args.bot)
     client.add_response_callback(chat.on_sync, SyncResponse)  # type: ignore[arg-type]
     sync = asyncio.create_task(client.sync_forever(timeout=1_000, full_state=False))
     await wait_for_bot(client, chat.room_id, args.bot)
+    where = f"a room with {args.with_user}" if args.with_user else "an encrypted DM"
     print(
-        f"{DIM}Logged in as {args.user}; talking to {args.bot} in an encrypted DM "
-        f"({chat.room_id}). Type a message; Ctrl-D quits. Try: how many records are older than "
-        f"2020?  /  delete records older than 2018  /  !help{RESET}"
+        f"{DIM}Logged in as {args.user}; talking to {args.bot} in {where} ({chat.room_id}). "
+        f"Type a message; Ctrl-D quits. Try: what was the Q3 revenue?  /  how many records are "
+        f"older than 2020?  /  delete records older than 2018  /  !help{RESET}"
     )
     loop = asyncio.get_running_loop()
     try:
@@ -146,6 +187,8 @@ async def amain(args: argparse.Namespace) -> None:
             if not line:
                 break
             text = line.strip()
+            if text and args.with_user and not text.startswith("!"):
+                text = f"!ai {text}"  # a group room: address the bot
             if text:
                 await client.room_send(
                     chat.room_id,
@@ -169,6 +212,18 @@ def main() -> None:
     p.add_argument("--password", default=os.environ.get("CHAT_PASSWORD", "alice-password"))
     p.add_argument("--bot", default=os.environ.get("CHAT_BOT", "@vagent:localhost"))
     p.add_argument("--store", default=os.environ.get("CHAT_STORE", ".data/chat"))
+    p.add_argument(
+        "--with",
+        dest="with_user",
+        default=os.environ.get("CHAT_WITH") or None,
+        help="talk in a group room with the bot and this user (e.g. @carol:localhost)",
+    )
+    p.add_argument(
+        "--with-password",
+        default=os.environ.get("CHAT_WITH_PASSWORD") or None,
+        help="that user's password (default: the demo convention <name>-password)",
+    )
+    p.add_argument("--tenant", default=os.environ.get("CHAT_TENANT", "localhost"), help="the room's domain")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(amain(p.parse_args()))
 
