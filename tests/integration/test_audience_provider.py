@@ -316,14 +316,14 @@ async def test_many_slow_members_cost_about_one_timeout() -> None:
         p = AccessProvider(stand_in.url, timeout=0.5, agent_id="vagent")
         start = time.monotonic()
         try:
-            audience = await resolve(p, [BOT, ALICE, *members], concurrency=8)
+            audience = await resolve(p, [BOT, ALICE, *members], concurrency=4)
         finally:
             await p.aclose()
         elapsed = time.monotonic() - start
-    assert elapsed < 1.5, elapsed  # not 40 / 8 x 0.5 s
+    assert elapsed < 3, elapsed  # not 40 / 4 x 0.5 s = 5 s
     assert len(audience.members) == 40 and all(m.ac_context is None for m in audience.members)
-    # at most two rounds of 8 were sent before the deadline; the rest were never asked
-    assert len(stand_in.requests) <= 16
+    # at most two rounds of 4 were sent before the deadline; the rest were never asked
+    assert len(stand_in.requests) <= 8
 
 
 async def test_a_provider_that_is_down_leaves_everyone_unresolved() -> None:

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from tests.support.acl_strategies import audiences, contexts
 from tests.support.knowledge import doc_store, local_embedder
 from vagent_graph.knowledge.chunking import Chunk
 from vagent_graph.knowledge.doc_filter import document_filter
@@ -32,7 +33,7 @@ from vagent_graph.knowledge.ingest import Parsed, Prepared, spec
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
 from vagent_graph.knowledge.retrieval import vector_candidates
 from vagent_shared.access import AcContext
-from vagent_shared.knowledge import PUBLIC_TAG, Audience, AudienceMember
+from vagent_shared.knowledge import PUBLIC_TAG, Audience
 
 DOMAINS = ["acme", "globex", "we}ird|dom-*"]
 ODD_IDS = [
@@ -173,42 +174,9 @@ instances = st.one_of(
 
 
 @st.composite
-def contexts(draw: st.DrawFn, domain: str | None = None) -> AcContext:
-    active = domain or draw(st.sampled_from(DOMAINS))
-    other = draw(st.sampled_from([d for d in DOMAINS if d != active]))
-    return AcContext.model_validate(
-        {
-            "userId": f"@{draw(st.integers(0, 999))}:x",
-            "activeAclDomain": active,
-            "activeRoles": ["reader"],
-            "superuserGroups": ["admins"] if draw(st.integers(0, 19)) == 0 else [],
-            "roles": {
-                active: [
-                    {"name": "reader", "instances": draw(st.lists(instances, max_size=6))},
-                    {"name": "inactive", "instances": draw(st.lists(instances, max_size=3))},
-                ],
-                other: [{"name": "reader", "instances": draw(st.lists(instances, max_size=3))}],
-            },
-        }
-    )
-
-
-@st.composite
-def audiences(draw: st.DrawFn, domain: str) -> Audience | None:
-    if draw(st.booleans()):
-        return None
-    members = []
-    for i in range(draw(st.integers(0, 3))):
-        kind = draw(st.integers(0, 9))
-        ctx = None if kind == 0 else draw(contexts(None if kind == 1 else domain))
-        members.append(AudienceMember(user_id=f"@m{i}:x", ac_context=ctx))
-    return Audience(members=members, public_only=draw(st.integers(0, 4)) == 0, member_count=len(members) + 2)
-
-
-@st.composite
 def cases(draw: st.DrawFn) -> tuple[AcContext, Audience | None, str]:
-    asker = draw(contexts())
-    return asker, draw(audiences(asker.active_acl_domain)), draw(st.sampled_from(QUERIES))
+    asker = draw(contexts(instances, DOMAINS))
+    return asker, draw(audiences(instances, DOMAINS, asker.active_acl_domain)), draw(st.sampled_from(QUERIES))
 
 
 async def ft_searches(redis: Redis) -> int:

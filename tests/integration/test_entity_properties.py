@@ -28,12 +28,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from tests.support.acl_strategies import audiences, contexts
 from vagent_graph.knowledge.entities import Entity, EntityGraph, EntityLookup, Relation
 from vagent_graph.knowledge.entity_filter import FALSE, entity_predicate
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, Readers, readers_for
 from vagent_shared.access import AcContext
-from vagent_shared.knowledge import PUBLIC_TAG, Audience, AudienceMember
+from vagent_shared.knowledge import PUBLIC_TAG, Audience
 
 DOMAINS = ["acme", "glo|bex", "we}ird-*$"]
 ODD = ["a|b", "x}y", "-neg", "star*", "(p)", "@x", "$v", "~t", "{b}", "日本", "Up", "up", "a.b", 'q"t']
@@ -118,43 +119,6 @@ entity_grants = st.one_of(
 )
 
 
-@st.composite
-def contexts(draw: st.DrawFn, domain: str | None = None) -> AcContext:
-    active = domain or draw(st.sampled_from(DOMAINS))
-    other = draw(st.sampled_from([d for d in DOMAINS if d != active]))
-    some = draw(st.integers(0, 9)) > 0  # now and then a reader with no entity grant at all
-    return AcContext.model_validate(
-        {
-            "userId": f"@{draw(st.integers(0, 999))}:x",
-            "activeAclDomain": active,
-            "activeRoles": ["reader"],
-            "superuserGroups": ["admins"] if draw(st.integers(0, 14)) == 0 else [],
-            "roles": {
-                active: [
-                    {
-                        "name": "reader",
-                        "instances": draw(st.lists(entity_grants, min_size=int(some), max_size=5)),
-                    },
-                    {"name": "inactive", "instances": draw(st.lists(entity_grants, max_size=3))},
-                ],
-                other: [{"name": "reader", "instances": draw(st.lists(entity_grants, max_size=4))}],
-            },
-        }
-    )
-
-
-@st.composite
-def audiences(draw: st.DrawFn, domain: str) -> Audience | None:
-    if draw(st.booleans()):
-        return None
-    members = []
-    for i in range(draw(st.integers(0, 3))):
-        kind = draw(st.integers(0, 11))
-        ctx = None if kind == 0 else draw(contexts(None if kind == 1 else domain))
-        members.append(AudienceMember(user_id=f"@m{i}:x", ac_context=ctx))
-    return Audience(members=members, public_only=draw(st.integers(0, 4)) == 0, member_count=len(members) + 2)
-
-
 @dataclass(frozen=True)
 class Case:
     asker: AcContext
@@ -165,11 +129,16 @@ class Case:
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    asker = draw(contexts())
+    asker = draw(contexts(entity_grants, DOMAINS, superuser_one_in=15, empty_one_in=10))
     query = draw(
         st.one_of(st.sampled_from(QUERIES), st.sampled_from(ID_POOL), st.text(min_size=1, max_size=5))
     )
-    return Case(asker, draw(audiences(asker.active_acl_domain)), query, draw(st.sampled_from([1, 2])))
+    return Case(
+        asker,
+        draw(audiences(entity_grants, DOMAINS, asker.active_acl_domain)),
+        query,
+        draw(st.sampled_from([1, 2])),
+    )
 
 
 # ---- the oracle: brute force over the generated data ---------------------------------------------

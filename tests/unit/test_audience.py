@@ -174,7 +174,7 @@ async def test_many_slow_members_take_one_timeout_not_one_per_member() -> None:
     users = (BOB, *(f"@slow{i}:example.org" for i in range(40)))
     start = time.monotonic()
     members = await fetch_members(users, fetch, concurrency=4, within=0.3)
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 5  # one per member would be 10 rounds x 30 s
     assert members[0].ac_context == fast
     assert all(m.ac_context is None for m in members[1:])
 
@@ -294,7 +294,7 @@ async def test_the_homeservers_member_list_is_used() -> None:
 async def test_no_member_list_is_none_in_bounded_time(server: Homeserver) -> None:
     start = time.monotonic()
     assert await listed(server, within=0.2) is None
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 4  # the hanging server would take 5 s
 
 
 def test_the_audience_reaches_the_graph_intact() -> None:

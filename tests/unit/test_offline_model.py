@@ -68,6 +68,8 @@ def test_questions_search_the_documents_and_people_questions_the_graph() -> None
     assert (who["name"], who["args"]) == ("lookup_entities", {"query": "Ana Costa"})
     (path,) = plan_reply([HumanMessage(content="How is Ana Costa connected to Fabrikam?")], tools).tool_calls
     assert path["args"] == {"query": "Ana Costa", "depth": 2}
+    helped = plan_reply([HumanMessage(content="What can you do?")], tools)
+    assert not helped.tool_calls and "search the documents you may read" in str(helped.content)
     records = plan_reply([HumanMessage(content="how many records are older than 2019?")], tools)
     assert records.tool_calls[0]["name"] == "database_query"  # records requests keep their tools
     assert not plan_reply(

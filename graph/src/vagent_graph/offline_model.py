@@ -43,6 +43,7 @@ _ENTITY = re.compile(
     r"(?P<name>.+?)[\s?.!]*$",
     re.I,
 )
+_HELP = re.compile(r"\b(help|what can you do|who are you|what are you)\b", re.I)
 _CONNECTED = re.compile(
     r"^\s*how (?:is|are) (?P<name>.+?) (?:connected|related|linked) to .+?[\s?.!]*$", re.I
 )
@@ -104,6 +105,8 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
         )
     if _WHICH_DB.search(text):
         return call("ask_user", {"question": "Which database?", "options": ["production", "staging"]})
+    if _HELP.search(text):
+        return AIMessage(content=PREFIX + _help(offered))
     if (m := _CONNECTED.search(text)) and "lookup_entities" in offered:
         return call("lookup_entities", {"query": m.group("name")[:200], "depth": 2})
     if (m := _ENTITY.search(text)) and "lookup_entities" in offered:

@@ -82,14 +82,15 @@ DocId = Annotated[
     AfterValidator(_no_separator),
 ]
 Domain = DocId
-#: A category or tag: printable, no surrounding whitespace, no tag separator.
-Label = Annotated[
+#: A display name: printable, no surrounding whitespace (commas allowed: "Acme, Inc.").
+Name = Annotated[
     str,
     Field(min_length=1, max_length=MAX_NAME_CHARS),
     AfterValidator(_printable),
     AfterValidator(_no_outer_space),
-    AfterValidator(_no_separator),
 ]
+#: A category or tag: a Name without the tag separator.
+Label = Annotated[Name, AfterValidator(_no_separator)]
 
 DocumentFormat = Literal["markdown", "text", "html", "pdf"]
 

@@ -32,24 +32,12 @@ from pydantic import (
     model_validator,
 )
 
-from vagent_shared.knowledge import MAX_NAME_CHARS, TAG_SEPARATOR, DocId, Label
+from vagent_shared.knowledge import TAG_SEPARATOR, DocId, Label, Name
 
 MAX_DESCRIPTION_CHARS = 4000
 MAX_TAGS = 64
 #: Line breaks and tabs are fine in a description; other control characters are not.
 _DESCRIPTION_CONTROLS_OK = frozenset("\n\t")
-
-
-def _printable(value: str) -> str:
-    if not value.isprintable():
-        raise ValueError("must not contain control characters or line breaks")
-    return value
-
-
-def _trimmed(value: str) -> str:
-    if value != value.strip():
-        raise ValueError("must not start or end with whitespace")
-    return value
 
 
 def _description(value: str) -> str:
@@ -59,12 +47,7 @@ def _description(value: str) -> str:
 
 
 #: A display name: printable (commas allowed: "Acme, Inc."), no surrounding whitespace.
-EntityName = Annotated[
-    str,
-    Field(min_length=1, max_length=MAX_NAME_CHARS),
-    AfterValidator(_printable),
-    AfterValidator(_trimmed),
-]
+EntityName = Name
 Description = Annotated[str, Field(max_length=MAX_DESCRIPTION_CHARS), AfterValidator(_description)]
 #: WORKS_ON, LEADS, CUSTOMER_OF ...: an identifier, never quoted or escaped anywhere.
 RelationType = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
