@@ -76,7 +76,7 @@ from vagent_graph.tools import default_registry  # noqa: E402
 from vagent_graph.workflow import new_turn_input  # noqa: E402
 from vagent_shared import AcContext  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, TextChunk  # noqa: E402
-from vagent_shared.settings import GraphSettings  # noqa: E402
+from vagent_shared.settings import CommonSettings, GraphSettings  # noqa: E402
 from vagent_shared.wire import ProcessMessageRequest  # noqa: E402
 
 RATIO_TARGET = 1.3
@@ -335,6 +335,9 @@ class MemoryPoint:
     keys: int
     by_prefix: dict[str, dict[str, int]] = field(default_factory=dict)
     other_keys: int = 0
+    #: The audit stream (every access decision of the run, docs/audit.md): the service's
+    #: record, not the session's state, so reported beside it.
+    audit_stream_bytes: int = 0
 
 
 async def session_footprint(redis: Redis, session_id: str, turns: int) -> MemoryPoint:
@@ -342,10 +345,11 @@ async def session_footprint(redis: Redis, session_id: str, turns: int) -> Memory
     id verbatim (`checkpoint:<tid>:`, `checkpoint_write:<tid>:__empty__:...`,
     `write_keys_zset:<tid>:__empty__:shallow`); the Redis is dedicated, so a substring
     match cannot pick up another session whose id merely starts the same way."""
-    tid = session_id.encode()
-    keys = [k async for k in redis.scan_iter(count=1000)]
+    tid, audit = session_id.encode(), CommonSettings().AUDIT_STREAM.encode()
+    keys = [k async for k in redis.scan_iter(count=1000) if k != audit]
     mine = sorted(k for k in keys if tid in k)
     point = MemoryPoint(turns=turns, bytes=0, keys=len(mine), other_keys=len(keys) - len(mine))
+    point.audit_stream_bytes = int(await redis.memory_usage(audit, samples=0) or 0)
     for i in range(0, len(mine), 500):
         batch = mine[i : i + 500]
         pipe = redis.pipeline(transaction=False)

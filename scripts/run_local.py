@@ -3,14 +3,20 @@
 
 Starts, each on 127.0.0.1: Redis 8 with search + JSON (unless REDIS_URL is set), a throwaway
 Synapse homeserver with the bot and demo users (unless MATRIX_HOMESERVER is set), the
-development AccessControlProvider with the demo policy, the demo documents and entities
+development AccessControlProvider with the demo policy, the DEVELOPMENT Credential Registry
+(`vagent-credentials`, deploy/dev/credentials.yaml) and the demo ticket service
+(`vagent-tickets`, deploy/dev/tickets.yaml, its database in .data/tickets.db), which the
+ticket tools use with each user's own key, the demo documents and entities
 (deploy/dev/knowledge, ingested with `vagent-docs`; unchanged ones are skipped), the graph
 service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot. Their
-JSON logs are shown as readable lines. Data lives in .data/ (git-ignored).
+JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the secrets
+generated for this machine (the bot's password, the graph's credential-cache key) in
+.data/dev-secrets.json.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -20,6 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,15 +40,24 @@ DEV_TOKEN = "dev-token-change-me"  # noqa: S105 - local development default, pri
 DEV_ADMIN_TOKEN = "dev-admin-token-change-me"  # noqa: S105 - the admin API's, likewise
 DEMO_MANIFEST = ROOT / "deploy/dev/knowledge/manifest.yaml"
 BIN = Path(sys.executable).parent
-#: Demo users of the throwaway homeserver and their roles in deploy/dev/acp-policy.yaml.
+#: Demo users of the throwaway homeserver, their roles in deploy/dev/acp-policy.yaml and
+#: whether deploy/dev/credentials.yaml gives them a key for the demo ticket service.
 DEMO_USERS = {
-    "alice": "operator: deletes after confirming; reads finance, HR, engineering and public docs",
-    "bob": "analyst: read-only queries; reads engineering and public docs",
-    "carol": "member: chat; reads public docs only",
+    "alice": "operator: deletes after confirming; reads finance, HR, engineering and public docs;"
+    " own ticket key",
+    "bob": "analyst: read-only queries; reads engineering and public docs; own ticket key",
+    "carol": "member: chat; reads public docs only; no ticket key (is told none is configured)",
     "dave": "no access at all (gets no reply)",
-    "admin": "superuser: everything in the localhost domain",
+    "admin": "superuser: everything in the localhost domain; own ticket key",
 }
-COLORS = {"graph": "\033[35m", "bot": "\033[36m", "acp": "\033[33m"}
+COLORS = {
+    "graph": "\033[35m",
+    "bot": "\033[36m",
+    "acp": "\033[33m",
+    "creds": "\033[32m",
+    "tickets": "\033[34m",
+}
+TAG_WIDTH = 7  # the longest tag, "tickets"
 RESET = "\033[0m"
 _print_lock = threading.Lock()
 
@@ -70,7 +86,7 @@ def readable(service: str, line: str, color: bool) -> str | None:
             entry.pop(k, None)
         rest = " ".join(f"{k}={v}" for k, v in entry.items())
         text = f"{ts} {level} {event} {rest}".rstrip()
-    tag = f"{service:<5}"
+    tag = f"{service:<{TAG_WIDTH}}"
     if color:
         tag = f"{COLORS.get(service, '')}{tag}{RESET}"
     return f"{tag} {text}"
@@ -112,17 +128,24 @@ def ingest_demo(env: dict[str, str]) -> None:
     )
     for line in (proc.stdout + proc.stderr).splitlines():
         if line.strip() and "embedding:" not in line:
-            say(f"docs  {line}")
+            say(f"{'docs':<{TAG_WIDTH}} {line}")
     if proc.returncode != 0:
         raise SystemExit("run: ingesting the demo documents failed (see above)")
 
 
-def dev_secret(name: str) -> str:
-    """A random secret generated once and kept in .data (the bot's dev password)."""
+def fernet_key() -> str:
+    """A new Fernet key (32 random bytes, url-safe base64), as `vagent-credentials genkey` prints."""
+    return base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+
+def dev_secret(name: str, new: Callable[[], str] = lambda: secrets.token_urlsafe(18)) -> str:
+    """A random secret generated once (by `new`) and kept in .data: the bot's dev password, the
+    graph's credential-cache key (a new key would only make the cached credentials unreadable,
+    but one per machine keeps restarts warm)."""
     path = DATA / "dev-secrets.json"
     known = json.loads(path.read_text()) if path.exists() else {}
     if name not in known:
-        known[name] = secrets.token_urlsafe(18)
+        known[name] = new()
         path.write_text(json.dumps(known))
         path.chmod(0o600)
     return str(known[name])
@@ -145,8 +168,9 @@ def main() -> int:
         threading.Thread(target=pump, args=(name, proc.stdout, color), daemon=True).start()
         return proc
 
+    redis_given = bool(env.get("REDIS_URL"))
     try:
-        if not env.get("REDIS_URL"):
+        if not redis_given:
             redis = RedisServer(int(env.get("REDIS_PORT", "6390")), DATA / "redis")
             if redis.ping():
                 say(f"run: reusing the Redis already on port {redis.port}")
@@ -185,6 +209,19 @@ def main() -> int:
         env.setdefault("ACP_HOST", "127.0.0.1")
         env.setdefault("ACP_POLICY_FILE", str(ROOT / "deploy/dev/acp-policy.yaml"))
         env.setdefault("ACCESS_CONTROL_PROVIDER_URL", f"http://127.0.0.1:{acp_port}")
+        # The DEVELOPMENT Credential Registry and the demo ticket service (DEV ONLY), and the
+        # graph pointed at them; CREDENTIAL_REGISTRY_TOKEN, when set, reaches both.
+        creds_port = env.setdefault("CREDENTIALS_PORT", "8091")
+        env.setdefault("CREDENTIALS_HOST", "127.0.0.1")
+        env.setdefault("CREDENTIALS_POLICY_FILE", str(ROOT / "deploy/dev/credentials.yaml"))
+        tickets_port = env.setdefault("TICKETS_PORT", "8092")
+        env.setdefault("TICKETS_HOST", "127.0.0.1")
+        env.setdefault("TICKETS_SEED_FILE", str(ROOT / "deploy/dev/tickets.yaml"))
+        env.setdefault("TICKETS_DB_PATH", str(DATA / "tickets.db"))
+        env.setdefault("CREDENTIAL_REGISTRY_URL", f"http://127.0.0.1:{creds_port}")
+        env.setdefault("TICKETS_URL", f"http://127.0.0.1:{tickets_port}")
+        if not env.get("CREDENTIAL_CACHE_KEY"):
+            env["CREDENTIAL_CACHE_KEY"] = dev_secret("credential_cache_key", fernet_key)
         env.setdefault("GRAPH_API_ENDPOINT", f"http://127.0.0.1:{port}")
         env.setdefault("MATRIX_STORE_PATH", str(DATA / "bot-store"))
         if own_homeserver:
@@ -194,7 +231,11 @@ def main() -> int:
 
         ingest_demo(env)
         acp = start("acp", "vagent-acp", {})
+        creds = start("creds", "vagent-credentials", {})
+        tickets = start("tickets", "vagent-tickets", {})
         wait_http(f"http://127.0.0.1:{acp_port}/health", acp, "vagent-acp")
+        wait_http(f"http://127.0.0.1:{creds_port}/health", creds, "vagent-credentials")
+        wait_http(f"http://127.0.0.1:{tickets_port}/health", tickets, "vagent-tickets")
         graph = start("graph", "vagent-graph", {})
         wait_http(f"http://127.0.0.1:{port}/health", graph, "vagent-graph")
         bot = start("bot", "vagent-bot", {})
@@ -208,6 +249,14 @@ def main() -> int:
             else "token from GRAPH_ADMIN_TOKEN"
         )
         users = "\n".join(f"    @{n}:localhost / {n}-password   {role}" for n, role in DEMO_USERS.items())
+        creds_url = f"http://127.0.0.1:{creds_port}"
+        creds_note = ""
+        if env["CREDENTIAL_REGISTRY_URL"] != creds_url:
+            creds_note = f"; the graph uses {env['CREDENTIAL_REGISTRY_URL']}"
+        # The CLIs default to port 6379: name our Redis (a REDIS_URL of yours is yours to pass,
+        # and may hold a password, so it is not printed).
+        redis_env = "" if redis_given else f"REDIS_URL={env['REDIS_URL']} "
+        audit_stream = env.get("AUDIT_STREAM") or "vagent:audit"
         homeserver = (
             f"""  homeserver      {env["MATRIX_HOMESERVER"]}  (throwaway; demo users:)
 {users}"""
@@ -220,12 +269,18 @@ vagent is running.
   bot             {env["MATRIX_USER"]}   (health: http://127.0.0.1:{health_port}/health)
   graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note};
                   admin API: /admin/v1, {admin_note})
-  documents       `.venv/bin/vagent-docs list` (demo: deploy/dev/knowledge/README.md)
+  documents       `{redis_env}.venv/bin/vagent-docs list` (demo: deploy/dev/knowledge/README.md)
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
+  credentials     {creds_url}   (DEVELOPMENT registry; policy: {env["CREDENTIALS_POLICY_FILE"]}{creds_note})
+  tickets         http://127.0.0.1:{tickets_port}   (demo ticket service; data: {env["TICKETS_DB_PATH"]})
+  audit trail     `{redis_env}.venv/bin/vagent-audit tail` (Redis stream {audit_stream})
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
 Talk to it: `make chat` in another terminal (as @alice:localhost; CHAT_USER=@dave:localhost
 CHAT_PASSWORD=dave-password make chat to see a user without access get nothing), or any Matrix
 client (e.g. Element) pointed at {env["MATRIX_HOMESERVER"]}. The HTTP API example is in README.md.
+Try "what are my open tickets?" as alice, then as bob (CHAT_USER=@bob:localhost
+CHAT_PASSWORD=bob-password make chat): each sees only their own; carol has no key and is told so.
+Then see who did what: `{redis_env}.venv/bin/vagent-audit tail`.
 Ctrl-C stops everything.
 """)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

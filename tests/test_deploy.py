@@ -34,7 +34,13 @@ import yaml
 from pydantic import SecretStr
 
 from vagent_shared.access import Resource
-from vagent_shared.settings import AcpSettings, BotSettings, GraphSettings
+from vagent_shared.settings import (
+    AcpSettings,
+    BotSettings,
+    CredentialRegistrySettings,
+    GraphSettings,
+    TicketsSettings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
@@ -52,6 +58,8 @@ KUBECTL = shutil.which("kubectl")
 GRAPH_ENV = set(GraphSettings.model_fields)
 BOT_ENV = set(BotSettings.model_fields)
 ACP_ENV = set(AcpSettings.model_fields)
+CREDENTIALS_ENV = set(CredentialRegistrySettings.model_fields)
+TICKETS_ENV = set(TicketsSettings.model_fields)
 SECRET_ENV = {
     "GRAPH_API_TOKEN",
     "GRAPH_ADMIN_TOKEN",
@@ -59,6 +67,8 @@ SECRET_ENV = {
     "EMBEDDINGS_API_KEY",
     "MATRIX_PASSWORD",
     "MATRIX_ACCESS_TOKEN",
+    "CREDENTIAL_REGISTRY_TOKEN",
+    "CREDENTIAL_CACHE_KEY",
 }
 SECRET_NAME = "vagent-secrets"
 # Settings the deployment files must set (compose and k8s), beyond the ones pinned by
@@ -76,6 +86,18 @@ KNOWLEDGE_ENV = {
     "MAX_INGEST_BYTES",
 }
 AUDIENCE_ENV = {"AUDIENCE_FILTER", "AUDIENCE_MAX_MEMBERS", "AUDIENCE_CONCURRENCY"}
+# Per-user credentials for tools: what the graph must be given in compose and k8s.
+CREDENTIAL_ENV = {
+    "CREDENTIAL_REGISTRY_URL",
+    "CREDENTIAL_REGISTRY_TOKEN",
+    "CREDENTIAL_CACHE_KEY",
+    "CREDENTIAL_CACHE_MARGIN_SECONDS",
+    "CREDENTIAL_CACHE_MAX_SECONDS",
+    "CREDENTIAL_MISSING_HELP",
+    "TICKETS_URL",
+}
+# The audit trail: graph and bot write one stream, so compose gives both the same values.
+AUDIT_ENV = {"AUDIT_STREAM", "AUDIT_STREAM_MAXLEN", "AUDIT_STREAM_MAX_AGE_HOURS", "AUDIT_INCLUDE_CONTENT"}
 # What `vagent-docs` must share with the graph, or what it writes is not what the graph reads.
 INGEST_SHARED_ENV = {
     "REDIS_URL",
@@ -93,7 +115,24 @@ WORKLOADS = {
     "vagent-graph": (GRAPH_ENV, "vagent-graph", 8000),
     "vagent-bot": (BOT_ENV, "vagent-bot", 8080),
     "vagent-acp": (ACP_ENV, "vagent-acp", 8090),
+    "vagent-credentials": (CREDENTIALS_ENV, "vagent-credentials", 8091),
+    "vagent-tickets": (TICKETS_ENV, "vagent-tickets", 8092),
 }
+# The development stand-ins (dev overlay and compose profile only): workload -> (compose
+# service, the env naming its address, its file setting, the file in deploy/dev, the
+# graph setting that points at it).
+DEV_SERVICES = {
+    "vagent-acp": ("acp", "ACP_HOST", "ACP_POLICY_FILE", "acp-policy.yaml", None),
+    "vagent-credentials": (
+        "credentials",
+        "CREDENTIALS_HOST",
+        "CREDENTIALS_POLICY_FILE",
+        "credentials.yaml",
+        "CREDENTIAL_REGISTRY_URL",
+    ),
+    "vagent-tickets": ("tickets", "TICKETS_HOST", "TICKETS_SEED_FILE", "tickets.yaml", "TICKETS_URL"),
+}
+DEV_DIR = ROOT / "deploy" / "dev"
 KNOWLEDGE_JOB = "vagent-knowledge"
 KNOWLEDGE_MOUNT = "/etc/vagent/knowledge"
 INGEST_ARGS = ["vagent-docs", "ingest", "--manifest", f"{KNOWLEDGE_MOUNT}/manifest.yaml"]
@@ -306,7 +345,7 @@ def _secret_settings() -> set[str]:
     """Every setting typed as a secret (SecretStr) in vagent_shared.settings."""
     return {
         name
-        for cls in (GraphSettings, BotSettings, AcpSettings)
+        for cls in (GraphSettings, BotSettings, AcpSettings, CredentialRegistrySettings, TicketsSettings)
         for name, field in cls.model_fields.items()
         if field.annotation is SecretStr or SecretStr in get_args(field.annotation)
     }
@@ -334,10 +373,16 @@ def test_expected_files_exist() -> None:
         "k8s/overlays/dev/kustomization.yaml",
         "k8s/overlays/prod/kustomization.yaml",
         "deploy/dev/acp-policy.yaml",
+        "deploy/dev/credentials.yaml",
+        "deploy/dev/tickets.yaml",
         "deploy/dev/synapse/homeserver.yaml",
         "deploy/dev/knowledge/manifest.yaml",
         "deploy/redis/Dockerfile",
         "k8s/overlays/dev/knowledge.yaml",
+        "k8s/overlays/dev/credential-registry.yaml",
+        "k8s/overlays/dev/ticket-service.yaml",
+        "k8s/overlays/dev/credentials.yaml",
+        "k8s/overlays/dev/tickets.yaml",
         "docker-compose.yml",
         "Tiltfile",
         ".dockerignore",
@@ -682,6 +727,128 @@ def test_new_settings_are_wired(overlay: str) -> None:
         ref = graph[name]["valueFrom"]["secretKeyRef"]
         # optional: documents work without either (offline model; no admin API)
         assert ref == {"name": SECRET_NAME, "key": name, "optional": True}, ref
+    assert CREDENTIAL_ENV <= set(graph), sorted(CREDENTIAL_ENV - set(graph))
+    for name in CREDENTIAL_ENV:
+        source = graph[name]["valueFrom"]
+        if name in SECRET_ENV:
+            # optional: no registry token / no cache is a valid setup (and prod's own Secret)
+            assert source["secretKeyRef"] == {"name": SECRET_NAME, "key": name, "optional": True}
+        else:
+            # optional: unset, credentials (and the demo ticket tools) are simply off
+            ref = source["configMapKeyRef"]
+            assert ref == {"name": ref["name"], "key": name, "optional": True}, ref
+            assert re.sub(r"-[a-z0-9]{10}$", "", ref["name"]) == "vagent-config", ref
+
+
+# ------------------------------------------------- dev stand-ins (k8s dev overlay)
+
+
+def _config_value(docs: list[dict[str, Any]], name: str, key: str) -> str | None:
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and _base_name(d) == name]
+    value = cm.get("data", {}).get(key)
+    return None if value is None else str(value)
+
+
+def _secret_value(docs: list[dict[str, Any]], key: str) -> str:
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == SECRET_NAME]
+    return base64.b64decode(secret["data"][key]).decode()
+
+
+@pytest.mark.parametrize("name", sorted(DEV_SERVICES))
+def test_dev_stand_ins_serve_the_dev_files(name: str) -> None:
+    """Each dev stand-in (ACP, Credential Registry, ticket service) is a Deployment + Service
+    that listens on the pod's address (so the Service and probes reach it) and serves its
+    deploy/dev file from a ConfigMap."""
+    _, host_env, file_env, dev_file, _ = DEV_SERVICES[name]
+    docs = rendered("dev")
+    workload = _workloads(docs)[name]
+    assert workload["kind"] == "Deployment"
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == name]
+    assert service["spec"]["selector"] == workload["spec"]["selector"]["matchLabels"]
+    pod = workload["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[host_env] == "0.0.0.0", f"{name} must listen on the pod's address, not loopback"
+    path = env[file_env]
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (cm,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    served = cm["data"][Path(path).name]
+    assert yaml.safe_load(served) == yaml.safe_load((DEV_DIR / dev_file).read_text()), (
+        f"k8s/overlays/dev/{dev_file} must mirror deploy/dev/{dev_file}"
+    )
+
+
+def test_dev_graph_uses_the_dev_registry_and_ticket_service() -> None:
+    docs = rendered("dev")
+    workloads = _workloads(docs)
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    for name, (_, _, _, _, url_env) in DEV_SERVICES.items():
+        if url_env is None:
+            continue
+        assert workloads[name]["spec"]["template"]["spec"]["containers"][0]["image"] == "vagent-graph:dev", (
+            f"{name} ships in the graph image"
+        )
+        port = services[name]["spec"]["ports"][0]["port"]
+        assert _config_value(docs, "vagent-config", url_env) == f"http://{name}:{port}", url_env
+    # The registry asks for the token the graph sends: both read the one Secret key.
+    registry = _env_by_name(workloads["vagent-credentials"]["spec"]["template"]["spec"]["containers"][0])
+    graph = _env_by_name(workloads["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
+    token = "CREDENTIAL_REGISTRY_TOKEN"
+    assert registry[token]["valueFrom"] == graph[token]["valueFrom"]
+    assert "dev" in _secret_value(docs, token)
+    # The dev cache key is a real Fernet key (the graph refuses to start with a bad one),
+    # and readable as a dev value.
+    key = _secret_value(docs, "CREDENTIAL_CACHE_KEY")
+    assert "dev" in key and len(base64.urlsafe_b64decode(key)) == 32, "not a Fernet key"
+    assert base64.urlsafe_b64encode(base64.urlsafe_b64decode(key)).decode() == key
+    # The tickets database is on a writable volume, not the image.
+    tickets = workloads["vagent-tickets"]["spec"]["template"]["spec"]
+    (container,) = tickets["containers"]
+    db = {e["name"]: e.get("value") for e in container["env"]}["TICKETS_DB_PATH"]
+    (mount,) = [m for m in container["volumeMounts"] if db.startswith(m["mountPath"] + "/")]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in tickets["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume or "persistentVolumeClaim" in volume
+
+
+def test_prod_has_no_dev_stand_ins() -> None:
+    docs = rendered("prod")
+    names = {d["metadata"]["name"] for d in docs} | {_base_name(d) for d in docs}
+    for name in DEV_SERVICES:
+        assert not {n for n in names if n.startswith(name)}, f"{name} must not reach prod"
+    config = [d for d in docs if d["kind"] == "ConfigMap" and _base_name(d) == "vagent-config"]
+    for cm in config:
+        data = cm.get("data", {})
+        assert "TICKETS_URL" not in data, "the demo ticket service is dev only"
+        assert "vagent-credentials" not in str(data.get("CREDENTIAL_REGISTRY_URL", "")), (
+            "prod must use the organisation's Credential Registry"
+        )
+
+
+def test_no_secret_but_clearly_dev_values_in_the_repository() -> None:
+    """Secrets in the deployment files are fake dev values: the dev Secret (checked above),
+    the dev registry's credentials and the ticket service's keys; compose has none."""
+    policy = yaml.safe_load((DEV_DIR / "credentials.yaml").read_text())
+    held = [
+        secret
+        for domain in policy["domains"].values()
+        for resource in domain["resources"].values()
+        for secret in (resource.get("users") or {}).values()
+    ]
+    keys = list(yaml.safe_load((DEV_DIR / "tickets.yaml").read_text())["keys"])
+    assert held and keys
+    for secret in held + keys:
+        assert "dev" in secret, "a credential in deploy/dev does not look like a fake dev value"
+    for overlay in OVERLAYS:
+        for c in _all_containers(rendered(overlay)):
+            for env in c.get("env", []):
+                if env["name"] in SECRET_ENV:
+                    assert "value" not in env, f"{overlay}: {env['name']} given as a literal"
+    # compose: test_compose_secrets_have_no_default; the dev Secret: test_dev_secret_has_every_required_key
 
 
 # --------------------------------------------------------------------- dev policy
@@ -747,7 +914,7 @@ def test_compose_services_and_profiles() -> None:
     services = _compose()["services"]
     for name in ("redis", "graph", "bot"):
         assert name in services and not services[name].get("profiles"), name
-    for name in ("acp", "synapse", "knowledge"):
+    for name in ("acp", "synapse", "knowledge", "credentials", "tickets"):
         assert services[name]["profiles"] == ["dev"], name
     assert services["redis"]["image"] == "vagent-redis:local"
     assert (ROOT / services["redis"]["build"]["context"]).resolve() == REDIS_DOCKERFILE.parent
@@ -780,7 +947,14 @@ def test_compose_build_dockerfiles_exist() -> None:
 
 @pytest.mark.parametrize(
     ("service", "allowed"),
-    [("graph", GRAPH_ENV), ("bot", BOT_ENV), ("acp", ACP_ENV), ("knowledge", GRAPH_ENV)],
+    [
+        ("graph", GRAPH_ENV),
+        ("bot", BOT_ENV),
+        ("acp", ACP_ENV),
+        ("knowledge", GRAPH_ENV),
+        ("credentials", CREDENTIALS_ENV),
+        ("tickets", TICKETS_ENV),
+    ],
 )
 def test_compose_env_names(service: str, allowed: set[str]) -> None:
     env = _compose_env(_compose()["services"][service])
@@ -835,8 +1009,61 @@ def test_compose_knowledge_service() -> None:
 
 def test_compose_wires_every_new_setting() -> None:
     services = _compose()["services"]
-    assert KNOWLEDGE_ENV <= set(_compose_env(services["graph"]))
-    assert AUDIENCE_ENV <= set(_compose_env(services["bot"]))
+    graph, bot = _compose_env(services["graph"]), _compose_env(services["bot"])
+    assert KNOWLEDGE_ENV <= set(graph)
+    assert AUDIENCE_ENV <= set(bot)
+    assert CREDENTIAL_ENV <= set(graph), sorted(CREDENTIAL_ENV - set(graph))
+    # one audit stream, bounded alike, whoever writes to it
+    assert AUDIT_ENV <= set(graph) and AUDIT_ENV <= set(bot)
+    assert {n: graph[n] for n in AUDIT_ENV} == {n: bot[n] for n in AUDIT_ENV}
+
+
+@pytest.mark.parametrize("workload", sorted(DEV_SERVICES))
+def test_compose_dev_stand_ins(workload: str) -> None:
+    """acp, credentials and tickets: dev profile only, reachable from the other containers,
+    healthy when their own port answers, serving the deploy/dev file mounted read-only."""
+    name, host_env, file_env, dev_file, url_env = DEV_SERVICES[workload]
+    compose = _compose()
+    services = compose["services"]
+    service = services[name]
+    assert service["profiles"] == ["dev"]
+    _, command, port = WORKLOADS[workload]
+    assert service["command"] in ([command], command)
+    env = _compose_env(service)
+    assert env[host_env] == "0.0.0.0", f"{name} must listen on the container's address, not loopback"
+    port_env = host_env.replace("_HOST", "_PORT")
+    assert str(env[port_env]) == str(port)
+    mounts = {str(v).split(":")[1]: str(v).split(":") for v in service["volumes"]}
+    source, _, mode = mounts[env[file_env]]
+    assert (ROOT / source).resolve() == (DEV_DIR / dev_file).resolve() and mode == "ro"
+    # its own port is probed (the image's HEALTHCHECK targets the graph's or the bot's)
+    check = " ".join(service["healthcheck"]["test"])
+    assert f"127.0.0.1:{port}" in check or f"127.0.0.1', {port}" in check, check
+    assert not service["healthcheck"].get("disable")
+    if url_env is not None:
+        assert service["image"] == services["graph"]["image"], f"{command} ships in the graph image"
+        assert service["build"] == services["graph"]["build"]
+        # published on the host's loopback only (it hands out credentials / tickets)
+        assert [str(p) for p in service["ports"]] == [f"127.0.0.1:{port}:{port}"]
+        # the graph's default points at it; an empty value (`-`, not `:-`) turns it off
+        value = str(_compose_env(services["graph"])[url_env])
+        assert value == f"${{{url_env}-http://{name}:{port}}}", value
+    if workload == "vagent-tickets":
+        db = env["TICKETS_DB_PATH"]
+        volume = next(
+            str(v).split(":")[0] for v in service["volumes"] if db.startswith(str(v).split(":")[1] + "/")
+        )
+        assert volume in compose["volumes"], "the tickets database must be on a named volume"
+
+
+def test_compose_production_services_do_not_need_the_dev_profile() -> None:
+    services = _compose()["services"]
+    dev = {name for name, s in services.items() if "dev" in (s.get("profiles") or [])}
+    for name, service in services.items():
+        if service.get("profiles"):
+            continue
+        needs = service.get("depends_on") or {}
+        assert not dev & set(needs), f"{name} depends on dev-profile services {sorted(dev & set(needs))}"
 
 
 def test_compose_volumes_and_mounts() -> None:
@@ -951,6 +1178,11 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert "8000:8000" in forwards["vagent-graph"] or "8000" in forwards["vagent-graph"]
     assert "8080:8080" in forwards["vagent-bot"] or "8080" in forwards["vagent-bot"]
     assert "8090:8090" in forwards["vagent-acp"] or "8090" in forwards["vagent-acp"]
+    assert "8091:8091" in forwards["vagent-credentials"] or "8091" in forwards["vagent-credentials"]
+    assert "8092:8092" in forwards["vagent-tickets"] or "8092" in forwards["vagent-tickets"]
+    # every dev stand-in is a Tilt resource of its own, labelled like the rest
+    assert set(DEV_SERVICES) <= set(resources)
+    assert {tuple(kw.get("labels", [])) for kw in resources.values()} == {("vagent",)}
     for kw in resources.values():
         assert set(kw.get("resource_deps", [])) <= workloads
     # the demo knowledge is ingested once Redis is up
@@ -1110,12 +1342,20 @@ def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
 def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     doc = (ROOT / "docs" / "deployment.md").read_text()
     used: set[str] = set()
-    for service in ("graph", "bot", "acp", "knowledge"):
+    for service in ("graph", "bot", "acp", "knowledge", "credentials", "tickets"):
         used |= set(_compose_env(_compose()["services"][service]))
-    for name in sorted(used | KNOWLEDGE_ENV | AUDIENCE_ENV):
+    for name in sorted(used | KNOWLEDGE_ENV | AUDIENCE_ENV | CREDENTIAL_ENV | AUDIT_ENV):
         assert f"`{name}`" in doc, f"docs/deployment.md does not mention {name}"
     assert "README.md" in doc  # the full list of settings lives there
     for text in ("--profile dev", "k8s/overlays/dev", "k8s/overlays/prod", "tilt up", SECRET_NAME):
         assert text in doc, text
     for text in ("deploy/redis/Dockerfile", "vagent-redis", "FalkorDB", "vagent-docs", KNOWLEDGE_JOB):
+        assert text in doc, text
+    for text in (
+        "vagent-credentials",
+        "vagent-tickets",
+        "vagent-audit",
+        "genkey",
+        "deploy/dev/credentials.yaml",
+    ):
         assert text in doc, text

@@ -4,6 +4,7 @@ real process on 127.0.0.1. Humans are matrix-nio clients (tests/support/matrix_h
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
@@ -30,6 +31,8 @@ ROLES = {
         "tool:database_query",
         "tool:delete_records",
         "tool:search_documents",
+        "tool:list_my_tickets",
+        "tool:create_ticket",
         "document_category:finance",
         "document_tag:public",
     ],
@@ -83,8 +86,60 @@ class Stack:
             f"http://127.0.0.1:{acp_port}/health",
         )
         self.acp_url = f"http://127.0.0.1:{acp_port}"
-        self.graph = GraphProcess(redis_url, tmp / "graph", llm.base_url)
+        self.ticket_keys = {
+            users.alice: f"e2e-key-alice-{secrets.token_hex(8)}",
+            users.bob: f"e2e-key-bob-{secrets.token_hex(8)}",
+        }
+        self.registry, self.tickets = self.credential_services(tmp)
+        self.graph = GraphProcess(
+            redis_url,
+            tmp / "graph",
+            llm.base_url,
+            CREDENTIAL_REGISTRY_URL=self.registry.health_url.removesuffix("/health"),
+            CREDENTIAL_CACHE_KEY=base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+            TICKETS_URL=self.tickets.health_url.removesuffix("/health"),
+        )
         self.bots: list[ServiceProcess] = []
+
+    def credential_services(self, tmp: Path) -> tuple[ServiceProcess, ServiceProcess]:
+        """The development Credential Registry and the ticket service, with keys for alice and
+        bob only (carol has none)."""
+        policy = {
+            "domains": {
+                DOMAIN: {
+                    "resources": {
+                        "tickets": {"type": "api_key", "ttl_seconds": 3600, "users": self.ticket_keys}
+                    }
+                }
+            }
+        }
+        (tmp / "credentials.yaml").write_text(yaml.safe_dump(policy))
+        seed = {
+            "keys": {key: user for user, key in self.ticket_keys.items()},
+            "tickets": [
+                {"owner": self.users.alice, "title": "Alice's VPN", "status": "open", "priority": "high"},
+                {"owner": self.users.bob, "title": "Bob's monitor", "status": "open", "priority": "low"},
+            ],
+        }
+        (tmp / "tickets.yaml").write_text(yaml.safe_dump(seed))
+        cport, tport = free_port(), free_port()
+        registry = ServiceProcess(
+            "vagent-credentials",
+            {"CREDENTIALS_PORT": str(cport), "CREDENTIALS_POLICY_FILE": str(tmp / "credentials.yaml")},
+            tmp / "credentials.log",
+            f"http://127.0.0.1:{cport}/health",
+        )
+        tickets = ServiceProcess(
+            "vagent-tickets",
+            {
+                "TICKETS_PORT": str(tport),
+                "TICKETS_SEED_FILE": str(tmp / "tickets.yaml"),
+                "TICKETS_DB_PATH": str(tmp / "tickets.db"),
+            },
+            tmp / "tickets.log",
+            f"http://127.0.0.1:{tport}/health",
+        )
+        return registry, tickets
 
     def write_policy(self) -> None:
         u = self.users
@@ -175,12 +230,16 @@ def stack(
 ) -> Iterator[Stack]:
     s = Stack(tmp_path_factory.mktemp("stack"), synapse, redis_url, _llm_session, users)
     s.acp.start()
+    s.registry.start()
+    s.tickets.start()
     s.graph.start()
     s.new_bot("bot").start()
     yield s
     for b in s.bots:
         b.stop()
     s.graph.stop()
+    s.tickets.stop()
+    s.registry.stop()
     s.acp.stop()
 
 

@@ -15,6 +15,7 @@ import pytest
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.redis_dump import dump_redis
 from tests.support.sse import kinds, parse_sse_text, post_sse
 from vagent_shared.events import HitlRequest, TextChunk, TextFinal
 
@@ -433,33 +434,16 @@ async def test_new_message_closes_a_stale_question(
 async def test_no_secret_reaches_redis_the_logs_or_the_llm(
     client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, redis_url: str
 ) -> None:
-    from redis.asyncio import Redis
-
     llm_server.push_tool_calls([("delete_records", {"older_than": "2016-06-01"})])
     sid = new_session()
     await post_sse(client, PM, message_body(sid, "delete old"), graph.headers)
     llm_server.push_text("ok")
     await post_sse(client, FB, {"session_id": sid.format(), "response": "no"}, graph.headers)
     secrets = [TOKEN, graph.env["OPENAI_API_KEY"]]
-    redis = Redis.from_url(redis_url, decode_responses=True)
     seen = 0
-    try:
-        async for key in redis.scan_iter(count=1000):
-            kind = await redis.type(key)
-            if kind == "ReJSON-RL":
-                value = str(await redis.execute_command("JSON.GET", key))  # type: ignore[no-untyped-call]
-            elif kind == "string":
-                value = str(await redis.get(key))
-            elif kind == "hash":
-                value = str(await redis.hgetall(key))  # type: ignore[misc]
-            elif kind == "zset":
-                value = str(await redis.zrange(key, 0, -1))
-            else:
-                continue
-            seen += sid.user_id in value or sid.room_id in value
-            assert not any(s in value for s in secrets), key
-    finally:
-        await redis.aclose()
+    for key, value in (await dump_redis(redis_url)).items():
+        seen += sid.user_id in value or sid.room_id in value
+        assert not any(s in key + value for s in secrets), key
     assert seen > 0  # the session's checkpoint was among what was searched
     logs = graph.logs()
     assert not any(s in logs for s in secrets)

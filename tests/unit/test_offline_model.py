@@ -93,3 +93,25 @@ def test_search_results_are_quoted_with_their_citations() -> None:
     )
     nothing.name = "search_documents"
     assert "No passages" in str(plan_reply([nothing], []).content)
+
+
+def test_ticket_requests_become_ticket_calls() -> None:
+    tools = offered("list_my_tickets", "create_ticket", "search_documents")
+    cases = {
+        "what are my open tickets?": ("list_my_tickets", {"status": "open"}),
+        "show my closed tickets": ("list_my_tickets", {"status": "closed"}),
+        "list all my tickets": ("list_my_tickets", {"status": "all"}),
+        "open a ticket about the broken printer": (
+            "create_ticket",
+            {"title": "the broken printer", "priority": "normal"},
+        ),
+        "Please create a new high priority ticket: VPN is down!": (
+            "create_ticket",
+            {"title": "VPN is down", "priority": "high"},
+        ),
+    }
+    for text, (name, args) in cases.items():
+        call = plan_reply([HumanMessage(content=text)], tools).tool_calls[0]
+        assert (call["name"], call["args"]) == (name, args), text
+    refused = plan_reply([HumanMessage(content="what are my open tickets?")], offered("search_documents"))
+    assert not refused.tool_calls and "list_my_tickets" in str(refused.content)

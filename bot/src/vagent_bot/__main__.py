@@ -10,11 +10,12 @@ import sys
 import structlog
 from redis.asyncio import Redis
 
-from vagent_bot import health, matrix
+from vagent_bot import health, matrix, metrics
 from vagent_bot.access import AccessProvider
 from vagent_bot.bot import VagentBot
 from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphClient
+from vagent_shared import audit_trail
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import BotSettings
 
@@ -25,12 +26,16 @@ async def amain(settings: BotSettings) -> int:
     redis = Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
     token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else None
     graph = GraphClient(settings.GRAPH_API_ENDPOINT, token)
+    audit = audit_trail.from_settings(
+        settings, "bot", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
+    )
+    audit.start()
     access = AccessProvider(
-        settings.ACCESS_CONTROL_PROVIDER_URL, settings.ACP_TIMEOUT_SECONDS, settings.AGENT_ID
+        settings.ACCESS_CONTROL_PROVIDER_URL, settings.ACP_TIMEOUT_SECONDS, settings.AGENT_ID, audit=audit
     )
     flood = FloodControl(redis, settings.FLOOD_MAX_MESSAGES, settings.FLOOD_WINDOW_SECONDS)
     client = matrix.make_client(settings)
-    bot = VagentBot(settings, client, redis, graph, access, flood)
+    bot = VagentBot(settings, client, redis, graph, access, flood, audit)
 
     async def redis_ok() -> bool:
         return bool(await redis.ping())  # type: ignore[misc]
@@ -66,6 +71,7 @@ async def amain(settings: BotSettings) -> int:
         await client.close()
         await graph.aclose()
         await access.aclose()
+        await audit.aclose()
         await redis.aclose()
         log.info("bot_stopped")
     return code

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from vagent_bot.http import proxy_for
 from vagent_bot.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
 from vagent_shared.access import AcContext, agent, instance_matches
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.wire import AuthenticateRequest
 
 log = structlog.get_logger(__name__)
@@ -95,9 +96,15 @@ class AccessProvider:
     """
 
     def __init__(
-        self, base_url: str, timeout: float, agent_id: str, client: aiohttp.ClientSession | None = None
+        self,
+        base_url: str,
+        timeout: float,
+        agent_id: str,
+        client: aiohttp.ClientSession | None = None,
+        audit: AuditTrail | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + AUTHENTICATE_PATH
+        self.audit = audit
         self.timeout = timeout
         self.agent_id = agent_id
         agent(agent_id)  # a malformed AGENT_ID is a configuration error, found at startup
@@ -205,6 +212,15 @@ class AccessProvider:
                 reason=reason,
                 agent_id=self.agent_id,
                 **extra,
+            )
+        if self.audit is not None:
+            self.audit.record(
+                "agent_access",
+                user_id=user_id,
+                domain=domain,
+                resource=agent(self.agent_id),
+                decision="allowed" if allowed else "denied",
+                reason=reason,
             )
         return AccessResult(allowed=allowed, reason=reason, ac=ac)
 

@@ -34,6 +34,7 @@ from vagent_bot.streaming import EditThrottle
 from vagent_bot.sync import SyncHandler
 from vagent_bot.tenants import Tenants
 from vagent_shared import redis_keys
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import (
     ErrorEvent,
     HitlRequest,
@@ -63,6 +64,7 @@ class VagentBot:
         graph: GraphClient,
         access: AccessProvider,
         flood: FloodControl,
+        audit: AuditTrail | None = None,
     ) -> None:
         self.s, self.client, self.redis = settings, client, redis
         self.graph, self.access, self.flood = graph, access, flood
@@ -93,6 +95,7 @@ class VagentBot:
             resolve_audience=self._audience,
             new_answer=self._new_answer,
             converse=self._converse,
+            audit=audit,
         )
         self.display_name: str | None = None
         self._stopping = asyncio.Event()

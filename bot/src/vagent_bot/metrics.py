@@ -46,3 +46,8 @@ AUDIENCE_SECONDS = Histogram(
     "Time to resolve a group room's audience (member listing and provider lookups)",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+AUDIT_WRITE_FAILURES = Counter(
+    "vagent_bot_audit_write_failures_total",
+    "Audit events not written to the Redis stream (they are still in the JSON log)",
+    ["reason"],
+)

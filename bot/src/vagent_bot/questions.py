@@ -24,6 +24,8 @@ from vagent_bot.hitl_store import HitlStore
 from vagent_bot.responder import Answer
 from vagent_bot.routing import IncomingMessage
 from vagent_bot.sessions import SessionWorkers
+from vagent_shared.audit import Decision
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import SSEEvent
 from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
 from vagent_shared.knowledge import Audience
@@ -54,8 +56,10 @@ class Questions:
         resolve_audience: ResolveAudience,
         new_answer: NewAnswer,
         converse: Converse,
+        audit: AuditTrail | None = None,
     ) -> None:
         self.hitl, self.graph, self.workers = hitl, graph, workers
+        self.audit = audit
         self._check_access, self._new_answer, self._converse = check_access, new_answer, converse
         self._resolve_audience = resolve_audience
 
@@ -109,6 +113,15 @@ class Questions:
         sender = str(src.get("sender"))
         if SessionId.parse(sid).user_id != sender:
             log.info("hitl_reaction_ignored", session_id=sid, reason="not the asking user")
+            if self.audit is not None:
+                self.audit.record(
+                    "access_denied",
+                    user_id=sender,
+                    session_id=sid,
+                    resource=f"question:{rel['event_id']}",
+                    decision="denied",
+                    reason="answered another user's question",
+                )
             return
         pending = await self.hitl.peek(sid)
         answer = reaction_answer(str(rel.get("key", "")), pending.options) if pending else None
@@ -139,6 +152,7 @@ class Questions:
             return  # expired or already answered (another process, a double click)
         metrics.HITL.labels("answered").inc()
         log.info("hitl_answered", session_id=pending.session_id, answer=answer)
+        self._audit_answer(user_id, pending, answer, access)
         req = FeedbackRequest(
             session_id=pending.session_id,
             response=answer,
@@ -149,6 +163,26 @@ class Questions:
         target = self._new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
         await self._converse(
             SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
+        )
+
+    def _audit_answer(
+        self, user_id: str, pending: PendingQuestion, answer: str, access: AccessResult
+    ) -> None:
+        """Who answered which question, and how (a free-text answer only by its length,
+        unless AUDIT_INCLUDE_CONTENT)."""
+        if self.audit is None:
+            return
+        choice = answer.lower() if pending.options else ""
+        decision: Decision = "approved" if choice == "yes" else "declined" if choice == "no" else "answered"
+        self.audit.record(
+            "hitl_decision",
+            user_id=user_id,
+            session_id=pending.session_id,
+            domain=access.ac.active_acl_domain if access.ac else None,
+            resource=f"question:{pending.interrupt_id or pending.question_event_id or ''}",
+            decision=decision,
+            metadata={"option": answer} if pending.options else {},
+            arguments=None if pending.options else {"answer": answer},
         )
 
     async def _access_and_audience(

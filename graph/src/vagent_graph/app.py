@@ -27,6 +27,7 @@ from starlette.background import BackgroundTask
 
 from vagent_graph import admin, locked_read, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
+from vagent_graph.credentials import CredentialRegistry
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.json_route import JsonBodyRoute
 from vagent_graph.knowledge.doc_store import DocumentStore
@@ -41,9 +42,13 @@ from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_graph.storage import CachingRedisSerializer, checkpoint_key, end_of_run
 from vagent_graph.tools import Services, ToolRegistry, default_registry
 from vagent_graph.tools.records import RecordsDb, ensure_records_db
+from vagent_graph.tools.tickets import TicketService
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
+from vagent_shared import audit_trail
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error, install_error_handlers
+from vagent_shared.knowledge import Audience
 from vagent_shared.settings import GraphSettings
 from vagent_shared.wire import (
     ErrorResponse,
@@ -90,9 +95,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def run_config(session_id: str) -> RunnableConfig:
-    """A session's run: its LangGraph thread, and a bound on the steps of one run."""
-    return {"configurable": {"thread_id": session_id}, "recursion_limit": 100}
+def run_config(session_id: str, audience: Audience | None = None) -> RunnableConfig:
+    """A session's run: its LangGraph thread, who else reads the answer, and a bound on the
+    steps of one run. The audience travels in the config, not the state, so no checkpoint
+    keeps other people's ids or roles (it is sent again with every request, answers too)."""
+    return {"configurable": {"thread_id": session_id, "audience": audience}, "recursion_limit": 100}
 
 
 @asynccontextmanager
@@ -110,6 +117,7 @@ async def open_runtime(
     redis = Redis.from_url(
         settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
     )
+    services: Services | None = None
     try:
         saver = AsyncShallowRedisSaver(
             # Same pool; answers the read that came with the session lock (locked_read.py).
@@ -128,11 +136,50 @@ async def open_runtime(
                 settings.SEARCH_TOP_K,
             ),
             EntityStore(redis, settings.ENTITY_GRAPH),
+            *optional_services(settings, redis),
         )
-        deps = Deps(registry=registry, agent=agent, llm=chat_model, model_label=label, services=services)
+        trail = services.get(AuditTrail)
+        trail.start()
+        deps = Deps(
+            registry=registry,
+            agent=agent,
+            llm=chat_model,
+            model_label=label,
+            services=services,
+            credential_help=settings.CREDENTIAL_MISSING_HELP,
+        )
         yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
     finally:
+        await close_services(services)
         await redis.aclose()
+
+
+def optional_services(settings: GraphSettings, redis: Redis) -> list[object]:
+    """The audit trail, and the clients of external systems that are configured."""
+    found: list[object] = [
+        audit_trail.from_settings(
+            settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
+        )
+    ]
+    registry = CredentialRegistry.from_settings(settings, redis)
+    if registry is not None:
+        found.append(registry)
+    if settings.TICKETS_URL:
+        found.append(TicketService(settings.TICKETS_URL))
+    return found
+
+
+async def close_services(services: Services | None) -> None:
+    if services is None:
+        return
+    trail = services.find(AuditTrail)
+    if trail is not None:
+        await trail.aclose()
+    registry, tickets = services.find(CredentialRegistry), services.find(TicketService)
+    if registry is not None:
+        await registry.aclose()
+    if tickets is not None:
+        await tickets.aclose()
 
 
 #: The youngest generation is collected after this many allocations (CPython: 700), the
@@ -376,8 +423,8 @@ def create_app(
         # once it is held (Run, locked_read.py).
         run = Run(
             r.graph,
-            new_turn_input(body.message, body.ac_context, body.audience),
-            run_config(sid),
+            new_turn_input(body.message, body.ac_context),
+            run_config(sid, body.audience),
             r.settings.RUN_TIMEOUT_SECONDS,
             gate=lambda: acquire(r, sid),
             prelude=close_if_pending,
@@ -430,10 +477,8 @@ def create_app(
         update: dict[str, Any] = {}
         if body.ac_context:
             update["ac_context"] = body.ac_context.to_wire()
-        if body.audience:
-            update["audience"] = body.audience.model_dump(mode="json", by_alias=True)
         command: Command[Any] = Command(resume=body.response, update=update or None)
-        cfg = run_config(body.session_id)
+        cfg = run_config(body.session_id, body.audience)
 
         run = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, pacing=pacing)
         batches = run.batches()

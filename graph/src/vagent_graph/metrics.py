@@ -35,3 +35,13 @@ KNOWLEDGE_SECONDS = Histogram(
     ["tool"],
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+AUDIT_WRITE_FAILURES = Counter(
+    "vagent_graph_audit_write_failures_total",
+    "Audit events not written to the Redis stream (they are still in the JSON log)",
+    ["reason"],
+)
+CREDENTIAL_FETCHES = Counter(
+    "vagent_graph_credential_fetches_total",
+    "Credentials handed to tools, by outcome (cache, registry, missing, denied, unavailable)",
+    ["outcome"],
+)

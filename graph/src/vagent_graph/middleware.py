@@ -12,6 +12,7 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vagent_graph import metrics
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.http_errors import api_error
 from vagent_shared.wire import ErrorResponse
 
@@ -106,6 +107,17 @@ def _refused(scope: Scope, header_present: bool) -> None:
         client=client[0] if client else None,
         auth_header_present=header_present,
     )
+    runtime = getattr(getattr(scope.get("app"), "state", None), "rt", None)
+    trail = runtime.services.find(AuditTrail) if runtime is not None else None
+    if trail is not None:  # nobody is known: the caller failed to prove it is the bot
+        trail.record(
+            "access_denied",
+            user_id="unknown",
+            resource=f"api:{scope['path'][:100]}",
+            decision="denied",
+            reason="invalid service token" if header_present else "no service token",
+            metadata={"client": client[0] if client else None},
+        )
 
 
 async def _send_error(send: Send, status: int, code: str, message: str) -> None:

@@ -43,6 +43,13 @@ _ENTITY = re.compile(
     r"(?P<name>.+?)[\s?.!]*$",
     re.I,
 )
+_TICKET_NEW = re.compile(
+    r"^\s*(?:please\s+)?(?:open|create|file|raise|submit)\s+(?:a|an|one)\s+(?:new\s+)?"
+    r"(?:(?P<priority>low|normal|high)[- ]priority\s+)?ticket\b[\s:,-]*(?:about|for|titled|saying)?\s*"
+    r"(?P<title>.*?)[\s.!]*$",
+    re.I,
+)
+_TICKETS = re.compile(r"\b(my|open|closed)\b.*\btickets?\b", re.I)
 _HELP = re.compile(r"\b(help|what can you do|who are you|what are you)\b", re.I)
 _CONNECTED = re.compile(
     r"^\s*how (?:is|are) (?P<name>.+?) (?:connected|related|linked) to .+?[\s?.!]*$", re.I
@@ -103,6 +110,14 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
             "database_query",
             {"sql": "SELECT id, customer, amount, created_at FROM records ORDER BY created_at LIMIT 10"},
         )
+    if m := _TICKET_NEW.search(text):
+        title = m.group("title").strip().strip("\"'“”") or "Help needed"
+        return call(
+            "create_ticket", {"title": title[:200], "priority": (m.group("priority") or "normal").lower()}
+        )
+    if _TICKETS.search(text):
+        status = next((w for w in ("closed", "all") if re.search(rf"\b{w}\b", text, re.I)), "open")
+        return call("list_my_tickets", {"status": status})
     if _WHICH_DB.search(text):
         return call("ask_user", {"question": "Which database?", "options": ["production", "staging"]})
     if _HELP.search(text):
@@ -161,6 +176,8 @@ def _help(offered: set[str]) -> str:
         "ask_user": '- ask you a clarifying question: "which database?"',
         "search_documents": '- search the documents you may read: "what is the travel policy?"',
         "lookup_entities": '- look up people, teams and projects: "who is Dana Lee?"',
+        "list_my_tickets": '- show your tickets in the ticket service: "what are my open tickets?"',
+        "create_ticket": '- open a ticket, after you confirm: "open a ticket about the printer"',
     }
     usable = [examples[n] for n in examples if n in offered]
     if usable:

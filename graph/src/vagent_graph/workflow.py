@@ -10,7 +10,7 @@ question-building code, never an already executed tool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypedDict
 
 import structlog
@@ -27,12 +27,15 @@ from pydantic import ValidationError
 from vagent_graph import metrics
 from vagent_graph.access import check_invocation, visible_tools
 from vagent_graph.agent import AgentDescriptor
+from vagent_graph.audit import audit
 from vagent_graph.citations import artifact_for, turn_sources, with_sources
+from vagent_graph.credentials import CredentialError, CredentialMissing, CredentialRegistry
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm
 from vagent_graph.hitl import ask_human
 from vagent_graph.runner import text_of
-from vagent_graph.tools.registry import Question, Services, ToolContext, ToolRegistry, ToolResult
+from vagent_graph.tools.registry import Question, Services, Tool, ToolContext, ToolRegistry, ToolResult
 from vagent_shared.access import AcContext
+from vagent_shared.audit import AuditEventType, Decision
 from vagent_shared.knowledge import Audience
 
 log = structlog.get_logger(__name__)
@@ -41,9 +44,8 @@ log = structlog.get_logger(__name__)
 class AgentState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     #: The AcContext of the current request (camelCase JSON); replaced by every request.
+    #: (Who else reads the answer is in the run's config, `audience`: never checkpointed.)
     ac_context: dict[str, Any]
-    #: Who else reads the answer (vagent_shared.knowledge.Audience JSON); None in a DM.
-    audience: dict[str, Any] | None
     llm_calls: int
     stopped: bool
 
@@ -55,6 +57,29 @@ class Deps:
     llm: BaseChatModel
     model_label: str
     services: Services
+    #: CREDENTIAL_MISSING_HELP: what a user without a credential is told to do.
+    credential_help: str = "Ask your administrator to add one for you."
+
+
+def session_of(config: RunnableConfig) -> str:
+    return str(config.get("configurable", {}).get("thread_id", ""))
+
+
+def audience_of(config: RunnableConfig) -> Audience | None:
+    """Who else reads the answer (None: a DM), as the request sent it."""
+    audience = config.get("configurable", {}).get("audience")
+    return audience if isinstance(audience, Audience) else None
+
+
+def credential_failure_text(tool: str, exc: CredentialError, help_text: str) -> str:
+    """What the model (and through it the user) is told when a tool gets no credential."""
+    if exc.kind == "missing":
+        return f"{tool} was not run: no credential is configured for you for it. {help_text}"
+    if exc.kind == "denied":
+        return f"Access denied: {tool} was NOT run; you may not use the system it acts on."
+    return (
+        f"{tool} is unavailable right now (the credential service failed); it was NOT run. Try again later."
+    )
 
 
 def pending_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -88,6 +113,15 @@ class Workflow:
             }
         ac = AcContext.model_validate(state.get("ac_context") or {})
         tools = visible_tools(d.registry, d.agent, ac)
+        audit(
+            d.services,
+            "tool_offered",
+            ac,
+            session_of(config),
+            resource=f"agent:{d.agent.id}",
+            decision="allowed",
+            metadata={"tools": [t.name for t in tools]},
+        )
         model: Any = d.llm.bind_tools([t.openai_schema() for t in tools]) if tools else d.llm
         history = window_for_llm(state.get("messages", []), d.agent.history.max_context_tokens)
         try:
@@ -117,9 +151,9 @@ class Workflow:
         call = pending[0]
         ctx = ToolContext(
             ac=AcContext.model_validate(state.get("ac_context") or {}),
-            session_id=str(config.get("configurable", {}).get("thread_id", "")),
+            session_id=session_of(config),
             services=self.d.services,
-            audience=Audience.model_validate(state["audience"]) if state.get("audience") else None,
+            audience=audience_of(config),
             sources=turn_sources(state.get("messages", [])),
         )
         result, cancelled = await self._execute(call, ctx)
@@ -150,6 +184,7 @@ class Workflow:
             log.warning(
                 "security.tool_call_denied", tool=name[:100], reason=decision.reason, user_id=ac.user_id
             )
+            self._audit_tool(ctx, "access_denied", name, "denied", decision.reason)
             metrics.SECURITY_EVENTS.labels("tool_call_denied").inc()
             metrics.TOOL_CALLS.labels(name if name in d.registry else "unknown", "denied").inc()
             return reply(
@@ -173,20 +208,82 @@ class Workflow:
             answer = ask_human(question, d.agent.hitl.timeout_seconds)
             if answer is None:
                 metrics.TOOL_CALLS.labels(name, "cancelled").inc()
+                self._audit_tool(ctx, "tool_access", name, "expired", "the question was not answered")
                 return reply(CANCELLED_TOOL_RESULT), True
             if question.kind == "confirm" and answer.lower() != "yes":
                 metrics.TOOL_CALLS.labels(name, "declined").inc()
+                self._audit_tool(ctx, "tool_access", name, "declined", "the user declined", call)
                 return reply(f"The user declined. {name} was NOT run; nothing was changed."), False
 
+        if tool.requires_credentials:
+            with_credential = await self._with_credential(tool, ctx)
+            if isinstance(with_credential, str):
+                metrics.TOOL_CALLS.labels(name, "no_credential").inc()
+                return reply(with_credential, "error"), False
+            ctx = with_credential
+        self._audit_tool(ctx, "tool_access", name, "allowed", "confirmed" if question else "", call)
         get_stream_writer()({"type": "progress", "content": f"Running {name}…"})
         try:
             result = await tool.run(args, ctx, answer)
-        except Exception:
-            log.exception("tool_failed", tool=name)
+        except Exception as exc:  # the type only: an exception message may quote a secret
+            log.error("tool_failed", tool=name, error=type(exc).__name__)
             metrics.TOOL_CALLS.labels(name, "failed").inc()
             return reply(f"The tool {name} failed.", "error"), False
         metrics.TOOL_CALLS.labels(name, "confirmed" if question else "allowed").inc()
         return reply(result), False
+
+    async def _with_credential(self, tool: Tool, ctx: ToolContext) -> ToolContext | str:
+        """The context with the user's credential for `tool`, or what to tell the model."""
+        resource = tool.credential_resource or tool.name
+        registry = self.d.services.find(CredentialRegistry)
+        try:
+            if registry is None:
+                raise CredentialMissing("no credential registry is configured")
+            fetched = await registry.get(ctx.ac.user_id, resource, ctx.ac.active_acl_domain)
+        except CredentialError as exc:
+            decision: Decision = "denied" if exc.kind in ("missing", "denied") else "error"
+            audit(
+                self.d.services,
+                "credential_access",
+                ctx.ac,
+                ctx.session_id,
+                resource=f"credential:{resource}",
+                decision=decision,
+                reason=f"{exc.kind}: {exc}",
+            )
+            return credential_failure_text(tool.name, exc, self.d.credential_help)
+        audit(
+            self.d.services,
+            "credential_access",
+            ctx.ac,
+            ctx.session_id,
+            resource=f"credential:{resource}",
+            decision="allowed",
+            reason=fetched.source,
+            metadata={"credential_type": fetched.credential.credential_type},
+        )
+        return replace(ctx, credential=fetched.credential)
+
+    def _audit_tool(
+        self,
+        ctx: ToolContext,
+        event_type: AuditEventType,
+        name: str,
+        decision: Decision,
+        reason: str = "",
+        call: dict[str, Any] | None = None,
+    ) -> None:
+        args = call.get("args") if call else None
+        audit(
+            self.d.services,
+            event_type,
+            ctx.ac,
+            ctx.session_id,
+            resource=f"tool:{name[:100]}",
+            decision=decision,
+            reason=reason,
+            arguments=args if isinstance(args, dict) else None,
+        )
 
     # ---- edges (async: LangGraph runs a plain function in a worker thread) ---------------
     @staticmethod
@@ -212,12 +309,11 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any] | None) -> Co
     return g.compile(checkpointer=checkpointer)
 
 
-def new_turn_input(message: str, ac: AcContext, audience: Audience | None = None) -> dict[str, Any]:
-    """The graph input for one user message, who sends it and who else reads the answer."""
+def new_turn_input(message: str, ac: AcContext) -> dict[str, Any]:
+    """The graph input for one user message and who sends it."""
     return {
         "messages": [HumanMessage(content=message)],
         "ac_context": ac.to_wire(),
-        "audience": audience.model_dump(mode="json", by_alias=True) if audience else None,
         "llm_calls": 0,
         "stopped": False,
     }

@@ -101,3 +101,50 @@ def entity_graph(prefix: str, domain: str) -> str:
 def docs_write_lock(index: str) -> str:
     """Held while a document (or the whole index) is written: one writer at a time."""
     return f"{index}:write_lock"
+
+
+# ---- credentials (graph) ---------------------------------------------------------------------
+
+CREDENTIAL_CACHE_PREFIX = "credential_cache:"
+
+
+def credential_cache(user_id: str, domain: str, resource_id: str) -> str:
+    """A user's cached credential (Fernet-encrypted). '|' cannot occur in a Matrix user id,
+    so `credential_cache_pattern(user)` matches that user's entries and nobody else's."""
+    return f"{CREDENTIAL_CACHE_PREFIX}{user_id}|{domain}|{resource_id}"
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a SCAN MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def credential_cache_pattern(user_id: str) -> str:
+    return f"{CREDENTIAL_CACHE_PREFIX}{glob_escape(user_id)}|*"
+
+
+# ---- erasure (vagent-admin forget) ----
+# SCAN MATCH patterns that find the CANDIDATE keys of one user; the caller checks the owner of
+# each one by parsing (a pattern alone cannot tell `@alice:localhost` from `@alice:localhost:8448`).
+
+
+def user_session_keys_pattern(prefix: str, user_id: str) -> str:
+    """Keys `{prefix}{session_id}` (session, hitl_pending, lock:session, ...) of the user's
+    sessions: a session id ends with its user's id."""
+    return f"{glob_escape(prefix)}*:{glob_escape(user_id)}"
+
+
+def user_checkpoint_keys_pattern(prefix: str, user_id: str) -> str:
+    """Checkpointer keys `{prefix}{session_id}:{namespace}...` (prefix: one of
+    CHECKPOINT_KEY_PREFIXES) of the user's sessions."""
+    return f"{glob_escape(prefix)}*:{glob_escape(user_id)}:*"
+
+
+def hitl_question_pattern() -> str:
+    """Every question pointer (their names hold event ids; the value is the session id)."""
+    return f"{glob_escape(hitl_question(''))}*"
+
+
+def mentioning_pattern(user_id: str) -> str:
+    """Any key whose name contains the user id (also other users' ids that extend it)."""
+    return f"*{glob_escape(user_id)}*"

@@ -20,6 +20,16 @@ class CommonSettings(BaseSettings):
     GRAPH_API_TOKEN: SecretStr | None = None
     LOG_LEVEL: str = "INFO"
 
+    # ---- the audit trail (docs/audit.md) ----
+    #: The Redis stream both services append AuditEvents to.
+    AUDIT_STREAM: str = Field(default="vagent:audit", min_length=1, max_length=200)
+    #: Bound by count: about this many events are kept (0: no count bound).
+    AUDIT_STREAM_MAXLEN: int = Field(default=1_000_000, ge=0)
+    #: Bound by time instead: events older than this many hours are trimmed (0: by count).
+    AUDIT_STREAM_MAX_AGE_HOURS: float = Field(default=0, ge=0)
+    #: Record message bodies and free-text tool arguments in audit metadata (off: their length).
+    AUDIT_INCLUDE_CONTENT: bool = False
+
 
 class GraphSettings(CommonSettings):
     """Graph service settings (documented in README.md)."""
@@ -64,6 +74,23 @@ class GraphSettings(CommonSettings):
     GRAPH_ADMIN_TOKEN: SecretStr | None = None
     #: Largest document the admin API accepts.
     MAX_INGEST_BYTES: int = Field(default=20_000_000, ge=1024)
+
+    # ---- per-user credentials for tools (docs/credentials.md) ----
+    #: The Credential Registry; unset: tools that need a credential tell the user none is set up.
+    CREDENTIAL_REGISTRY_URL: str | None = None
+    #: Service token sent to the registry as `Authorization: Bearer ...` (if it asks for one).
+    CREDENTIAL_REGISTRY_TOKEN: SecretStr | None = None
+    CREDENTIAL_REGISTRY_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
+    #: Fernet key (`vagent-credentials genkey`) for the Redis credential cache; unset: no cache.
+    CREDENTIAL_CACHE_KEY: SecretStr | None = None
+    #: A cached credential is dropped this long before its `expires_at`.
+    CREDENTIAL_CACHE_MARGIN_SECONDS: int = Field(default=60, ge=0)
+    #: Longest a credential without `expires_at` stays cached.
+    CREDENTIAL_CACHE_MAX_SECONDS: int = Field(default=900, ge=1)
+    #: What a user without a credential is told to do (the operator's words).
+    CREDENTIAL_MISSING_HELP: str = "Ask your administrator to add one for you in the credential registry."
+    #: The ticket service of the demo tools list_my_tickets / create_ticket; unset: tools off.
+    TICKETS_URL: str | None = None
 
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""
@@ -131,6 +158,32 @@ class BotSettings(CommonSettings):
     @property
     def server_name(self) -> str:
         return self.MATRIX_USER.partition(":")[2]
+
+
+class CredentialRegistrySettings(BaseSettings):
+    """The development Credential Registry (`vagent-credentials`)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    CREDENTIALS_HOST: str = "127.0.0.1"
+    CREDENTIALS_PORT: int = Field(default=8091, ge=1, le=65535)
+    CREDENTIALS_POLICY_FILE: Path = Path("deploy/dev/credentials.yaml")
+    #: If set, callers must send it as `Authorization: Bearer ...`.
+    CREDENTIAL_REGISTRY_TOKEN: SecretStr | None = None
+    LOG_LEVEL: str = "INFO"
+
+
+class TicketsSettings(BaseSettings):
+    """The demo ticket service (`vagent-tickets`), which authenticates people by API key."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    TICKETS_HOST: str = "127.0.0.1"
+    TICKETS_PORT: int = Field(default=8092, ge=1, le=65535)
+    #: Who owns which API key, and the demo tickets to start with.
+    TICKETS_SEED_FILE: Path = Path("deploy/dev/tickets.yaml")
+    TICKETS_DB_PATH: Path = Path(".data/tickets.db")
+    LOG_LEVEL: str = "INFO"
 
 
 class AcpSettings(BaseSettings):

@@ -14,6 +14,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from vagent_graph import metrics
+from vagent_graph.audit import audit
 from vagent_graph.citations import number_of
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore
@@ -79,14 +80,22 @@ async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) ->
     metrics.KNOWLEDGE_SECONDS.labels(NAME).observe(time.perf_counter() - start)
     outcome = "nothing_readable" if readers is None else ("found" if hits else "empty")
     metrics.KNOWLEDGE_QUERIES.labels(NAME, outcome).inc()
-    log.info(
-        "document_search",
-        user_id=ctx.ac.user_id,
-        readers=0 if readers is None else len(readers.grants),
-        audience=len(ctx.audience.members) if ctx.audience else 0,
-        public_only=bool(ctx.audience and ctx.audience.public_only),
-        results=len(hits),
-        documents=len({h.doc_id for h in hits}),
+    audit(
+        ctx.services,
+        "rag_query",
+        ctx.ac,
+        ctx.session_id,
+        resource=f"tool:{NAME}",
+        decision="allowed" if readers is not None else "denied",
+        reason=outcome,
+        metadata={  # how many results, never their text
+            "readers": 0 if readers is None else len(readers.grants),
+            "audience": len(ctx.audience.members) if ctx.audience else 0,
+            "public_only": bool(ctx.audience and ctx.audience.public_only),
+            "results": len(hits),
+            "documents": len({h.doc_id for h in hits}),
+        },
+        arguments=args.model_dump(),
     )
     return format_hits(hits, ctx.sources, in_room=ctx.audience is not None)
 

@@ -10,11 +10,13 @@ path through a forbidden entity simply does not exist in what comes back.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import structlog
 from pydantic import BaseModel, Field
 
 from vagent_graph import metrics
+from vagent_graph.audit import audit
 from vagent_graph.knowledge.entities import Entity, EntityLookup
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
@@ -75,10 +77,25 @@ def format_lookup(found: EntityLookup) -> str:
     return "\n".join(parts)
 
 
+def audit_lookup(ctx: ToolContext, args: LookupEntitiesArgs, outcome: str, counts: dict[str, Any]) -> None:
+    """An entity_query audit record: the counts, never the entities found."""
+    audit(
+        ctx.services,
+        "entity_query",
+        ctx.ac,
+        ctx.session_id,
+        resource=f"tool:{NAME}",
+        decision="denied" if outcome == "nothing_readable" else "allowed",
+        reason=outcome,
+        metadata=counts,
+        arguments=args.model_dump(),
+    )
+
+
 async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> str:
     readers = readers_for(ctx.ac, ctx.audience, ENTITY_KINDS)
     if readers is None:
-        log.info("entity_lookup", user_id=ctx.ac.user_id, readers=0, results=0)
+        audit_lookup(ctx, args, "nothing_readable", {"readers": 0, "results": 0})
         metrics.KNOWLEDGE_QUERIES.labels(NAME, "nothing_readable").inc()
         return NOTHING
     start = time.perf_counter()
@@ -94,15 +111,14 @@ async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> 
         return UNAVAILABLE
     metrics.KNOWLEDGE_SECONDS.labels(NAME).observe(time.perf_counter() - start)
     metrics.KNOWLEDGE_QUERIES.labels(NAME, "found" if found.matches else "empty").inc()
-    log.info(
-        "entity_lookup",
-        user_id=ctx.ac.user_id,
-        readers=len(readers.grants),
-        audience=len(ctx.audience.members) if ctx.audience else 0,
-        public_only=readers.public_only,
-        results=len(found.matches),
-        relations=len(found.relations),
-    )
+    counts = {
+        "readers": len(readers.grants),
+        "audience": len(ctx.audience.members) if ctx.audience else 0,
+        "public_only": readers.public_only,
+        "results": len(found.matches),
+        "relations": len(found.relations),
+    }
+    audit_lookup(ctx, args, "found" if found.matches else "empty", counts)
     return format_lookup(found)
 
 

@@ -20,6 +20,7 @@ import structlog
 from pydantic import BaseModel
 
 from vagent_shared.access import AcContext
+from vagent_shared.credentials import CredentialResponse
 from vagent_shared.knowledge import Audience, SourceRef
 
 log = structlog.get_logger(__name__)
@@ -55,13 +56,15 @@ class Services:
 class ToolContext:
     """What a tool may know about the call: who asks, in which session, who else reads the
     answer (`audience`, None in a DM), the sources already cited in this turn (so citation
-    numbers continue), and the services it may use."""
+    numbers continue), the services it may use, and, for a tool that `requires_credentials`,
+    the asking user's own credential (fetched for this call only; never stored)."""
 
     ac: AcContext
     session_id: str
     services: Services = field(default_factory=Services)
     audience: Audience | None = None
     sources: tuple[SourceRef, ...] = ()
+    credential: CredentialResponse | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class Tool:
     ask: AskFn | None = None
     requires_confirmation: bool = False
     requires_credentials: bool = False
+    #: The Credential Registry's resource_id of the system the tool acts on (default: its name).
+    credential_resource: str | None = None
 
     @functools.cached_property
     def _parameters(self) -> dict[str, Any]:
@@ -148,9 +153,9 @@ def default_registry() -> ToolRegistry:
 
     An entry point names a callable returning a Tool or a list of Tools.
     """
-    from vagent_graph.tools import ask_user, documents, entities, records
+    from vagent_graph.tools import ask_user, documents, entities, records, tickets
 
-    registry = ToolRegistry([documents.TOOL, entities.TOOL, *records.TOOLS, ask_user.TOOL])
+    registry = ToolRegistry([documents.TOOL, entities.TOOL, *records.TOOLS, *tickets.TOOLS, ask_user.TOOL])
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = ep.load()()

@@ -1,0 +1,434 @@
+"""`vagent-credentials`: the DEVELOPMENT Credential Registry.
+
+Why: the real registry is an external system that hands a tool the asking user's OWN
+credential for another system. Local runs, the demo and the tests need something that speaks
+the same HTTP contract (vagent_shared.credentials) from a small YAML policy
+(deploy/dev/credentials.yaml). Never point a production graph at it.
+
+    POST /api/v1/credentials/get  {"user_id", "resource_id", "domain"}
+    -> 200 {"credential_type", "credential", "expires_at"} | 403 denied | 404 none configured
+    -> 401 without `Authorization: Bearer <CREDENTIAL_REGISTRY_TOKEN>` (when that is set)
+    -> 503 while the policy file is invalid
+
+Like the development AccessControlProvider (vagent_bot.acp), the policy is re-read when the
+file changes on disk, and an invalid edit answers 503 until it is fixed. Credential values
+are never logged: only who asked for what, and the outcome.
+
+`vagent-credentials genkey` prints a new Fernet key for CREDENTIAL_CACHE_KEY.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import os
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple
+
+import structlog
+import uvicorn
+import yaml
+from cryptography.fernet import Fernet
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from starlette.middleware.base import RequestResponseEndpoint
+
+from vagent_shared.credentials import (
+    CREDENTIALS_GET_PATH,
+    CredentialRequest,
+    CredentialResponse,
+    CredentialType,
+)
+from vagent_shared.http_errors import api_error, install_error_handlers
+from vagent_shared.logs import configure_logging
+from vagent_shared.settings import CredentialRegistrySettings
+from vagent_shared.wire import ErrorResponse
+
+log = structlog.get_logger(__name__)
+
+_USER_ID = re.compile(r"^@[^:\s]+:\S+$")
+_JWT = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
+
+Secret = Annotated[StrictStr, Field(min_length=1)]
+
+
+class PolicyError(ValueError):
+    """The policy file is missing, not YAML, or does not validate."""
+
+
+def secret_problem(kind: CredentialType, secret: str) -> str | None:
+    """What is wrong with `secret` as a `kind` credential, or None.
+
+    The message never quotes the value: it ends up in logs and 503 diagnostics.
+    """
+    if kind == "custom":
+        return None
+    if kind == "basic_auth":
+        username, sep, _ = secret.partition(":")
+        return None if sep and username else "a basic_auth credential must be 'username:password'"
+    if kind == "jwt":
+        ok = _JWT.match(secret) is not None
+        return None if ok else "a jwt credential must be three base64url parts joined by '.'"
+    if any(c.isspace() for c in secret):
+        return f"{kind} credentials must not contain whitespace"
+    return None
+
+
+def _null_as(v: Any, empty: type[list[Any]] | type[dict[str, Any]]) -> Any:
+    """YAML `key:` with nothing after it is null; read it as an empty list/map."""
+    return empty() if v is None else v
+
+
+class ResourcePolicy(BaseModel):
+    """One external system in one domain: the credential type and who holds which secret."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: CredentialType
+    #: expires_at = now + ttl_seconds; None: the credential does not expire.
+    ttl_seconds: StrictInt | None = Field(default=None, gt=0)
+    users: dict[str, Secret] = Field(default_factory=dict)
+    denied: list[str] = Field(default_factory=list)
+
+    @field_validator("users", mode="before")
+    @classmethod
+    def _users(cls, v: Any) -> Any:
+        return _null_as(v, dict)
+
+    @field_validator("denied", mode="before")
+    @classmethod
+    def _denied(cls, v: Any) -> Any:
+        return _null_as(v, list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ResourcePolicy:
+        """Typos must fail loudly; messages name users, never their secrets."""
+        for where, ids in (("users", list(self.users)), ("denied", self.denied)):
+            for i, user in enumerate(ids):
+                if not _USER_ID.match(user):
+                    raise ValueError(f"entry {i + 1} of {where} is not a Matrix user id (@name:server)")
+        for user, secret in self.users.items():
+            problem = secret_problem(self.type, secret)
+            if problem:
+                raise ValueError(f"users.{user}: {problem}")
+        both = sorted(set(self.users) & set(self.denied))
+        if both:
+            raise ValueError(f"{both} listed both in users and in denied")
+        return self
+
+
+class DomainPolicy(BaseModel):
+    """One ACL domain: its resources."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    resources: dict[str, ResourcePolicy] = Field(default_factory=dict)
+
+    @field_validator("resources", mode="before")
+    @classmethod
+    def _resources(cls, v: Any) -> Any:
+        return _null_as(v, dict)
+
+
+class Policy(BaseModel):
+    """The whole YAML file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    domains: dict[str, DomainPolicy] = Field(default_factory=dict)
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _domains(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: _null_as(d, dict) for k, d in v.items()}
+        return _null_as(v, dict)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where the YAML is broken, without PyYAML's snippet of the line (it may hold a secret)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or exc.context}"
+    return type(exc).__name__
+
+
+def load_policy(path: Path | str) -> Policy:
+    """Read and validate a policy file; PolicyError says what is wrong and where."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PolicyError(f"{path}: cannot read policy: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    try:
+        return Policy.model_validate({} if raw is None else raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'policy'}: {e['msg']}" for e in exc.errors()
+        )
+        raise PolicyError(f"{path}: invalid policy: {problems}") from None
+
+
+class Outcome(StrEnum):
+    """The registry's answer; also the `outcome` of its log lines."""
+
+    ISSUED = "issued"
+    DENIED = "denied"
+    NO_CREDENTIAL = "no_credential"
+
+    @property
+    def status(self) -> int:
+        return {Outcome.DENIED: 403, Outcome.NO_CREDENTIAL: 404}.get(self, 200)
+
+
+class Lookup(NamedTuple):
+    outcome: Outcome
+    credential: CredentialResponse | None
+
+
+def lookup(policy: Policy, req: CredentialRequest, now: datetime) -> Lookup:
+    """What the registry answers for `req` at `now` (pure; no I/O). A denial wins."""
+    domain = policy.domains.get(req.domain)
+    resource = domain.resources.get(req.resource_id) if domain else None
+    if resource is None:
+        return Lookup(Outcome.NO_CREDENTIAL, None)
+    if req.user_id in resource.denied:
+        return Lookup(Outcome.DENIED, None)
+    secret = resource.users.get(req.user_id)
+    if secret is None:
+        return Lookup(Outcome.NO_CREDENTIAL, None)
+    expires = None
+    if resource.ttl_seconds is not None:
+        expires = now.replace(microsecond=0) + timedelta(seconds=resource.ttl_seconds)
+    response = CredentialResponse(
+        credential_type=resource.type, credential=SecretStr(secret), expires_at=expires
+    )
+    return Lookup(Outcome.ISSUED, response)
+
+
+class PolicyStore:
+    """The policy file, re-read when its mtime (or size/inode) changes.
+
+    Why: editing the dev policy must work without a restart. A broken edit is not papered
+    over with the previous policy (that could keep a revoked credential alive).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._sig: tuple[int, int, int] | None = None
+        self._policy: Policy | None = None
+        self._error = "policy not loaded"
+        self.current()  # an invalid file at startup is a startup error
+
+    def current(self) -> Policy:
+        """The valid policy as the file is now; PolicyError if it is not valid."""
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            self._sig = None
+            self._fail(f"{self.path}: cannot read policy: {exc.strerror or exc}")
+            raise PolicyError(self._error) from None
+        sig = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if sig != self._sig:
+            self._sig = sig
+            try:
+                self._policy = load_policy(self.path)
+            except PolicyError as exc:
+                self._fail(str(exc))
+            else:
+                domains = {d: sorted(dp.resources) for d, dp in self._policy.domains.items()}
+                log.info("policy_loaded", policy_file=str(self.path), domains=domains)
+        if self._policy is None:
+            raise PolicyError(self._error)
+        return self._policy
+
+    def _fail(self, error: str) -> None:
+        if self._policy is not None or error != self._error:
+            log.error("policy_invalid", policy_file=str(self.path), error=error)
+        self._policy, self._error = None, error
+
+
+_MESSAGES = {
+    Outcome.DENIED: "The user may not use this resource.",
+    Outcome.NO_CREDENTIAL: "No credential is configured for this user and resource.",
+}
+
+
+def bearer_ok(header: str | None, token: str) -> bool:
+    """`Authorization: Bearer <token>`, compared in constant time."""
+    scheme, _, value = (header or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorResponse(error_code=code, message=message).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install_json_error_handlers(app: FastAPI) -> None:
+    """The project's error bodies, plus a plain "not valid JSON" for an unparsable body.
+
+    Why: FastAPI reports that as `loc: ["body", <offset>]`, which the shared handler turns
+    into a confusing "1: JSON decode error". Also used by the demo ticket service.
+    """
+    install_error_handlers(app)
+    shared = app.exception_handlers[RequestValidationError]
+
+    async def _invalid(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, RequestValidationError) and any(
+            e.get("type") == "json_invalid" for e in exc.errors()
+        ):
+            body = ErrorResponse(error_code="invalid_request", message="body: not valid JSON")
+            return JSONResponse(body.model_dump(), status_code=422)
+        response = shared(request, exc)
+        return response if isinstance(response, Response) else await response
+
+    app.add_exception_handler(RequestValidationError, _invalid)
+
+
+def _require_token(app: FastAPI, token: str) -> None:
+    """Check the bearer token before the body is even parsed (so a stranger learns nothing)."""
+
+    @app.middleware("http")
+    async def _auth(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if not request.url.path.startswith("/api/"):
+            return await call_next(request)
+        header = request.headers.get("authorization")
+        if bearer_ok(header, token):
+            return await call_next(request)
+        reason = "missing_token" if header is None else "wrong_token"
+        log.warning("credential_unauthorized", path=request.url.path, reason=reason, status=401)
+        message = "A valid 'Authorization: Bearer <token>' header is required."
+        return _error(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+
+
+def _log_outcome(req: CredentialRequest, outcome: str, status: int) -> None:
+    """The audit line of one request: who, what, where, and the answer; never the secret."""
+    log.info(
+        "credential_request",
+        user_id=req.user_id,
+        resource_id=req.resource_id,
+        domain=req.domain,
+        outcome=outcome,
+        status=status,
+    )
+
+
+def create_app(policy_path: Path | str, token: str | None = None) -> FastAPI:
+    """Build the registry; raises PolicyError if the policy file is invalid now."""
+    store = PolicyStore(Path(policy_path))
+    app = FastAPI(
+        title="vagent development Credential Registry",
+        version="0.1.0",
+        description="DEV ONLY. Answers per-user credentials from a YAML policy.",
+    )
+    install_json_error_handlers(app)
+    if token:
+        _require_token(app, token)
+
+    @app.post(
+        CREDENTIALS_GET_PATH,
+        response_model=None,
+        responses={
+            200: {"description": "The user's credential (the secret in clear)"},
+            401: {"model": ErrorResponse, "description": "Missing or wrong bearer token"},
+            403: {"model": ErrorResponse, "description": "The user is denied this resource"},
+            404: {"model": ErrorResponse, "description": "No credential configured"},
+            422: {"model": ErrorResponse},
+            503: {"model": ErrorResponse, "description": "The policy file is invalid"},
+        },
+    )
+    async def get_credential(body: CredentialRequest) -> JSONResponse:
+        """The asking user's own credential for `resource_id` in `domain`."""
+        try:
+            policy = store.current()
+        except PolicyError as exc:
+            _log_outcome(body, "policy_invalid", 503)
+            raise api_error(503, "policy_invalid", "The credential policy is not valid.") from exc
+        found = lookup(policy, body, datetime.now(UTC))
+        _log_outcome(body, found.outcome.value, found.outcome.status)
+        if found.credential is None:
+            raise api_error(found.outcome.status, found.outcome.value, _MESSAGES[found.outcome])
+        return JSONResponse(found.credential.to_wire(), headers={"Cache-Control": "no-store"})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 while the policy file is valid, 503 otherwise (every request then fails)."""
+        try:
+            policy = store.current()
+        except PolicyError:
+            return JSONResponse({"status": "unhealthy", "policy_file": str(store.path)}, status_code=503)
+        return JSONResponse(
+            {"status": "healthy", "policy_file": str(store.path), "domains": sorted(policy.domains)}
+        )
+
+    return app
+
+
+def serve() -> int:
+    """Serve on CREDENTIALS_HOST:CREDENTIALS_PORT with the policy CREDENTIALS_POLICY_FILE."""
+    settings = CredentialRegistrySettings()
+    configure_logging(settings.LOG_LEVEL, service="vagent-credentials")
+    token = settings.CREDENTIAL_REGISTRY_TOKEN
+    try:
+        app = create_app(settings.CREDENTIALS_POLICY_FILE, token.get_secret_value() if token else None)
+    except PolicyError as exc:
+        print(f"vagent-credentials: {exc}", file=sys.stderr)
+        return 2
+    log.warning(
+        "credentials_started",
+        note="DEVELOPMENT Credential Registry, never use in production",
+        host=settings.CREDENTIALS_HOST,
+        port=settings.CREDENTIALS_PORT,
+        policy_file=str(settings.CREDENTIALS_POLICY_FILE),
+        token_required=token is not None,
+    )
+    uvicorn.run(
+        app, host=settings.CREDENTIALS_HOST, port=settings.CREDENTIALS_PORT, log_config=None, access_log=False
+    )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vagent-credentials",
+        description="DEVELOPMENT Credential Registry (never production). "
+        "Configured by CREDENTIALS_* environment variables.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{serve,genkey}")
+    sub.add_parser("serve", help="run the registry (the default)")
+    sub.add_parser("genkey", help="print a new Fernet key for CREDENTIAL_CACHE_KEY")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`vagent-credentials [serve]` runs the registry; `vagent-credentials genkey` prints a key."""
+    args = _parser().parse_args(argv)
+    if args.command == "genkey":
+        print(Fernet.generate_key().decode())
+        return 0
+    return serve()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,602 @@
+"""`vagent-admin forget`: a GDPR erasure against real state in the real Redis.
+
+The state is made by the real parts: conversations run through the graph's own runtime and
+checkpointer (a confirmation left pending, a run still holding its lock), the bot's question
+store and flood control, the audit writer. Then every key and every value in Redis is read
+back to check what still mentions the forgotten user, and that nobody else lost anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.types import Command
+from redis.asyncio import Redis
+
+from redis_local import free_port
+from tests.support.factories import ac
+from tests.support.graph_runtime import scripted_runtime
+from tests.support.llm_server import ScriptedLLMServer
+from vagent_bot.flood import FloodControl
+from vagent_bot.hitl_store import HitlStore
+from vagent_graph import admin_cli
+from vagent_graph.app import Runtime
+from vagent_graph.runner import stream_run
+from vagent_graph.session_lock import SessionLock
+from vagent_graph.storage import end_of_run
+from vagent_graph.workflow import new_turn_input
+from vagent_shared import SessionId, redis_keys
+from vagent_shared.audit import AuditEvent
+from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
+from vagent_shared.hitl import PendingQuestion
+
+BIN = Path(sys.executable).parent
+
+
+def mentions(text: str, user_id: str) -> bool:
+    """The user id as a whole in `text`, not as the start of a longer id (`...localhost.evil`,
+    `...localhost:8448`). Written here, not imported: the test's own reading."""
+    return any(
+        re.search(re.escape(form) + r"(?![A-Za-z0-9.\-\]])(?!:\d)", text) is not None
+        for form in (user_id, json.dumps(user_id)[1:-1])  # as is, and as a JSON string holds it
+    )
+
+
+@dataclass
+class World:
+    """Users and sessions of one test, all named with a unique tag."""
+
+    rt: Runtime
+    redis: Redis
+    llm: ScriptedLLMServer
+    tag: str
+    stream: str
+    env: dict[str, str]
+    alice: str
+    bob: str
+    carol: str
+    #: Ids an erasure of alice must not confuse with hers, and the reverse.
+    lookalikes: dict[str, str]
+    sessions: dict[str, list[str]] = field(default_factory=dict)
+    trail: AuditTrail | None = None
+
+    def session(self, user: str, room: str, thread: str | None = None) -> str:
+        sid = SessionId(room_id=f"!{self.tag}{room}:localhost", thread_id=thread, user_id=user).format()
+        self.sessions.setdefault(user, []).append(sid)
+        return sid
+
+    async def run(self, sid: str, graph_input: Any, release: bool = True) -> list[SSEEvent]:
+        """One run as the service does it: lock (with the checkpoint), run, end of run."""
+        lock = await SessionLock.acquire(self.rt.redis, sid, 60)
+        events = [
+            e async for e in stream_run(self.rt.graph, graph_input, {"configurable": {"thread_id": sid}}, 30)
+        ]
+        asked = any(isinstance(e, HitlRequest) for e in events)
+        if release:
+            await end_of_run(self.rt.redis, self.rt.checkpointer, lock, asked, 3600)
+        return events
+
+    async def say(self, sid: str, text: str, answer: str, release: bool = True) -> list[SSEEvent]:
+        self.llm.push_text(answer)
+        user = SessionId.parse(sid).user_id
+        return await self.run(sid, new_turn_input(text, ac(user, superuser=True)), release)
+
+    async def ask_to_confirm(self, sid: str, question_event: str) -> HitlRequest:
+        """A run that stops at a confirmation, and the bot's record of the pending question."""
+        user = SessionId.parse(sid).user_id
+        self.llm.push_tool_calls([("delete_records", {"older_than": "2018-01-01"})])
+        events = await self.run(sid, new_turn_input("delete the old records", ac(user)))
+        q = next(e for e in events if isinstance(e, HitlRequest))
+        parsed = SessionId.parse(sid)
+        pending = PendingQuestion(
+            session_id=sid,
+            room_id=parsed.room_id,
+            user_id=user,
+            question=q.question,
+            options=q.options,
+            interrupt_id=q.interrupt_id,
+            question_event_id=question_event,
+            thread_root=parsed.thread_id,
+        )
+        await HitlStore(self.redis).save(pending, 3600)
+        return q
+
+    def forget(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "vagent-admin"), "forget", *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+async def build(w: World) -> None:
+    """Alice: three sessions in two rooms (one waiting for a confirmation, one still running),
+    her bot keys, a cached credential, audit entries. Bob: a session in her room that names her,
+    with a pending confirmation of his own. The lookalikes: a conversation each, bot keys,
+    credentials, audit entries, in the same room as alice."""
+    t, alice, bob = w.tag, w.alice, w.bob
+    flood = FloodControl(w.redis, 100, 60)
+    assert w.trail is not None
+
+    a_main = w.session(alice, "A")
+    await w.say(a_main, "hello", "Hello Alice, how can I help?")
+    await w.say(a_main, "what is my id?", f"You are {alice}.")
+    a_thread = w.session(alice, "B", f"${t}root1")
+    await w.ask_to_confirm(a_thread, f"${t}question-alice")
+    a_running = w.session(alice, "B", f"${t}root2")
+    await w.say(a_running, "a long job", "Working on it.", release=False)  # its lock is still held
+    await w.redis.hset(redis_keys.session(a_main), mapping={"user": alice, "turns": "2"})
+    await w.redis.set(redis_keys.bot_thread(f"!{t}B:localhost", f"${t}root1"), "1", ex=600)
+    await w.redis.set(redis_keys.event_seen(f"${t}msg-alice"), "1", ex=600)
+    for _ in range(3):
+        assert await flood.allow(alice)
+    await w.redis.set(
+        redis_keys.credential_cache(alice, "acme", "tickets"), "gAAAAB-alice-ciphertext", ex=600
+    )
+    w.trail.record("agent_access", user_id=alice, resource="agent:vagent", decision="allowed", domain="acme")
+    w.trail.record(
+        "tool_access", user_id=alice, session_id=a_thread, resource="tool:delete_records", decision="allowed"
+    )
+    w.trail.record(
+        "hitl_decision",
+        user_id=w.carol,
+        session_id=a_thread,
+        resource="tool:delete_records",
+        decision="declined",
+    )
+
+    b_main = w.session(bob, "A")
+    await w.say(b_main, f"is {alice} in this room?", f"Yes, {alice} is here.")  # bob's words about her
+    await w.ask_to_confirm(b_main, f"${t}question-bob")
+    await w.redis.hset(redis_keys.session(b_main), mapping={"user": bob})
+    assert await flood.allow(bob)
+    await w.redis.set(redis_keys.credential_cache(bob, "acme", "tickets"), "gAAAAB-bob-ciphertext", ex=600)
+    w.trail.record("agent_access", user_id=bob, resource="agent:vagent", decision="allowed")
+    w.trail.record(
+        "tool_access", user_id=bob, session_id=b_main, resource="tool:delete_records", decision="denied"
+    )
+
+    for name, other in w.lookalikes.items():
+        sid = w.session(other, "A")
+        await w.say(sid, "hi", f"Hello {name}.")
+        await w.redis.hset(redis_keys.session(sid), mapping={"user": other})
+        await w.redis.set(redis_keys.hitl_pending(sid), json.dumps({"session_id": sid}), ex=600)
+        await w.redis.set(redis_keys.hitl_question(f"${t}q-{name}"), sid, ex=600)
+        await w.redis.set(redis_keys.graph_question_pending(sid), "1", ex=600)
+        await w.redis.set(redis_keys.session_lock(sid), "token", ex=600)
+        assert await flood.allow(other)
+        await w.redis.set(redis_keys.credential_cache(other, "acme", "tickets"), "gAAAAB", ex=600)
+        w.trail.record(
+            "agent_access", user_id=other, session_id=sid, resource="agent:vagent", decision="allowed"
+        )
+    await w.trail.flush()
+    graph_trail = w.rt.services.find(AuditTrail)
+    assert graph_trail is not None and graph_trail.stream == w.stream
+    await graph_trail.flush()
+
+
+@pytest.fixture
+async def world(
+    redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[World]:
+    t = uuid.uuid4().hex[:8]
+    redis = Redis.from_url(redis_url)
+    stream = f"test:audit:{t}"
+    lookalikes = {
+        "al": f"@{t}al:localhost",  # a prefix of alice's local part
+        "alic": f"@{t}alic:localhost",
+        "evil": f"@{t}alice:localhost.evil",  # alice's id is a prefix of theirs
+        "port": f"@{t}alice:localhost:8448",
+        "star": f"@{t}a*:localhost",  # glob characters
+        "qmark": f"@{t}al?ce:localhost",
+        "class": f"@{t}[a]lice:localhost",
+        "backslash": f"@{t}alice\\:localhost",
+    }
+    env = {**os.environ, "REDIS_URL": redis_url, "AUDIT_STREAM": stream}
+    monkeypatch.setenv("AUDIT_STREAM", stream)  # the graph's own audit trail writes there too
+    async with scripted_runtime(redis_url, llm_server.base_url, tmp_path) as rt:
+        w = World(
+            rt,
+            redis,
+            llm_server,
+            t,
+            stream,
+            env,
+            f"@{t}alice:localhost",
+            f"@{t}bob:localhost",
+            f"@{t}carol:localhost",
+            lookalikes,
+        )
+        w.trail = AuditTrail("graph", redis, stream)
+        w.trail.start()
+        try:
+            await build(w)
+            yield w
+        finally:
+            await w.trail.aclose()
+            async for key in redis.scan_iter(match=f"*{t}*", count=1000):
+                await redis.delete(key)
+            await redis.aclose()
+
+
+# ---- reading everything back -------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list | tuple):
+        return " ".join(_text(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(_text(k) + "=" + _text(v) for k, v in value.items())
+    return str(value)
+
+
+def _unblob(doc: str) -> str:
+    """A checkpointer document with its base64 `blob` fields decoded too."""
+    extra = []
+    for blob in re.findall(r'"blob"\s*:\s*"([A-Za-z0-9+/=]+)"', doc):
+        try:
+            extra.append(base64.b64decode(blob).decode("utf-8", "replace"))
+        except ValueError:
+            pass
+    return doc + " " + " ".join(extra)
+
+
+async def dump(redis: Redis) -> dict[str, str]:
+    """EVERY key of the database and its whole value as text (streams: entry by entry)."""
+    out: dict[str, str] = {}
+    async for raw in redis.scan_iter(count=1000):
+        key = raw.decode("utf-8", "surrogateescape")
+        kind = _text(await redis.type(raw))
+        if kind == "string":
+            value = _text(await redis.get(raw))
+        elif kind == "hash":
+            value = _text(await redis.hgetall(raw))
+        elif kind == "ReJSON-RL":
+            value = _unblob(_text(await redis.execute_command("JSON.GET", raw)))  # type: ignore[no-untyped-call]
+        elif kind == "set":
+            value = _text(sorted(await redis.smembers(raw)))
+        elif kind == "zset":
+            value = _text(await redis.zrange(raw, 0, -1, withscores=True))
+        elif kind == "list":
+            value = _text(await redis.lrange(raw, 0, -1))
+        elif kind == "stream":
+            entries = await redis.xrange(raw) or []
+            for entry_id, fields in entries:
+                out[f"{key} #{_text(entry_id)}"] = _text(fields)
+            value = f"stream of {len(entries)}"
+        elif kind == "none":  # expired meanwhile
+            continue
+        else:  # a FalkorDB graph, a vector set: only their names can mention anyone
+            value = kind
+        out[key] = value
+    return out
+
+
+def hers(w: World, snapshot: dict[str, str]) -> set[str]:
+    """The audit entries --audit erases: hers, or about one of her sessions."""
+    return {
+        k
+        for k, e in audit_events(snapshot, w.stream).items()
+        if e.event_type != "user_forgotten" and (e.user_id == w.alice or e.session_id in w.sessions[w.alice])
+    }
+
+
+def mentioning(snapshot: dict[str, str], user: str) -> dict[str, str]:
+    return {k: v for k, v in snapshot.items() if mentions(k, user) or mentions(v, user)}
+
+
+def of_test(snapshot: dict[str, str], tag: str) -> dict[str, str]:
+    """This test's keys: everything it made has the tag in its name."""
+    return {k: v for k, v in snapshot.items() if tag in k}
+
+
+def audit_events(snapshot: dict[str, str], stream: str) -> dict[str, AuditEvent]:
+    return {
+        k: AuditEvent.model_validate_json(v.removeprefix("event="))
+        for k, v in snapshot.items()
+        if k.startswith(stream + " #")
+    }
+
+
+# ---- the erasure -------------------------------------------------------------------------------
+
+
+async def test_forget_erases_every_key_of_hers_and_nothing_of_anyone_else(world: World) -> None:
+    w = world
+    before = await dump(w.redis)
+    hers_before = mentioning(before, w.alice)
+    # the state is real: checkpoints, writes, write-key sets, the bot's and the graph's keys
+    for kind in (
+        "checkpoint:",
+        "checkpoint_write:",
+        "write_keys_zset:",
+        "session:",
+        "hitl_pending:",
+        "hitl_question:",
+        "lock:session:",
+        "graph:question_pending:",
+        "credential_cache:",
+        "bot:flood:",
+    ):
+        assert any(k.startswith(kind) for k in hers_before), kind
+    assert any(
+        v.endswith(w.sessions[w.alice][1]) for k, v in before.items() if k.startswith("hitl_question:")
+    )
+
+    proc = w.forget(w.alice)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.startswith(f"Forgot {w.alice}: deleted ")
+    assert re.search(r"checkpoint\s+3\b", out) and re.search(r"hitl_question\s+1\b", out)
+    assert re.search(r"session_lock\s+1\b", out) and "were running" in out  # the run still holding its lock
+    assert "audit entries were kept" in out and "whose name mentions" not in out
+
+    after = await dump(w.redis)
+    left = mentioning(after, w.alice)
+    events = audit_events(after, w.stream)
+    forgotten = [k for k, e in events.items() if e.event_type == "user_forgotten"]
+    assert len(forgotten) == 1
+    record = events[forgotten[0]]
+    assert (record.service, record.user_id, record.resource, record.decision) == (
+        "admin",
+        w.alice,
+        f"user:{w.alice}",
+        "done",
+    )
+    assert record.metadata["checkpoint"] == 3 and record.metadata["flood"] == 1
+    assert record.metadata["credential_cache"] == 1 and "audit_entries" not in record.metadata
+    b_main = w.sessions[w.bob][0]
+    for key in left:
+        if key.startswith(w.stream + " #"):
+            e = events[key]
+            assert (
+                e.event_type == "user_forgotten"
+                or e.user_id == w.alice
+                or e.session_id in w.sessions[w.alice]
+            )
+        else:  # bob's conversation names her: his data, kept
+            assert b_main in key and key.startswith(("checkpoint:", "checkpoint_write:")), key
+    assert any(b_main in k for k in left)
+    assert {k for k in left if k.startswith(w.stream)} == hers(w, before) | set(forgotten)
+
+    # nobody else lost (or gained) anything: every other key of this test is as it was
+    erased = {k for k in hers_before if not k.startswith(w.stream) and b_main not in k}
+    expected = {k: v for k, v in of_test(before, w.tag).items() if k not in erased and k != w.stream}
+    assert {
+        k: v for k, v in of_test(after, w.tag).items() if k not in forgotten and k != w.stream
+    } == expected
+
+    # bob's pending confirmation still resumes, the lookalikes' checkpoints still load
+    w.llm.push_text("Deleted, Bob.")
+    events_after = await w.run(b_main, Command(resume="yes"))
+    assert [e.content for e in events_after if isinstance(e, TextFinal)] == ["Deleted, Bob."]
+    for other in w.lookalikes.values():
+        sid = w.sessions[other][0]
+        saved = await w.rt.checkpointer.aget_tuple({"configurable": {"thread_id": sid, "checkpoint_ns": ""}})
+        assert saved is not None and saved.checkpoint["channel_values"]["messages"]
+    # and alice starts from nothing
+    a_main = w.sessions[w.alice][0]
+    assert (
+        await w.rt.checkpointer.aget_tuple({"configurable": {"thread_id": a_main, "checkpoint_ns": ""}})
+        is None
+    )
+
+
+async def test_forget_with_audit_leaves_only_the_user_forgotten_record(world: World) -> None:
+    w = world
+    before = await dump(w.redis)
+    proc = w.forget(w.alice, "--audit")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    n = len(hers(w, before))
+    assert n >= 3 and f"and {n} audit entries" in proc.stdout
+    assert re.search(rf"audit_entries\s+{n}\b", proc.stdout)
+
+    after = await dump(w.redis)
+    b_main = w.sessions[w.bob][0]
+    left = {k: v for k, v in mentioning(after, w.alice).items() if b_main not in k}
+    assert len(left) == 1
+    ((key, value),) = left.items()
+    record = AuditEvent.model_validate_json(value.removeprefix("event="))
+    assert key.startswith(w.stream + " #") and record.event_type == "user_forgotten"
+    assert record.metadata["audit_entries"] == n
+    # everyone else's audit entries are still there
+    kept = {k for k, e in audit_events(after, w.stream).items() if e.event_type != "user_forgotten"}
+    assert kept == set(audit_events(before, w.stream)) - hers(w, before)
+    assert any(e.user_id == w.bob for e in audit_events(after, w.stream).values())
+
+    # again: nothing more to erase, and the first record is not erased by the second
+    again = w.forget(w.alice, "--audit")
+    assert again.returncode == 0 and f"Forgot {w.alice}: deleted 0 keys and 0 audit entries." in again.stdout
+    records = [e for e in audit_events(await dump(w.redis), w.stream).values() if e.user_id == w.alice]
+    assert [e.event_type for e in records] == ["user_forgotten", "user_forgotten"]
+
+
+async def test_dry_run_lists_and_deletes_nothing(world: World) -> None:
+    w = world
+    sync_token = redis_keys.sync_token(w.alice)  # the bot's own kind of key: named, not erased
+    await w.redis.set(sync_token, "s_1", ex=600)
+    before = await dump(w.redis)
+    proc = w.forget(w.alice, "--dry-run", "--audit")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith(f"Dry run, nothing was deleted. Forgetting {w.alice} would delete ")
+    assert f"and {len(hers(w, before))} audit entries:" in out
+    for sid in w.sessions[w.alice]:
+        assert f"\n    checkpoint:{sid}:\n" in out
+    assert f"\n    {redis_keys.credential_cache(w.alice, 'acme', 'tickets')}\n" in out
+    assert f"Left 1 key whose name mentions {w.alice} but of no kind forget erases" in out
+    assert out.endswith(f"\n  {sync_token}\n")
+    for other in (w.bob, *w.lookalikes.values()):
+        assert not mentions(out, other)
+    assert of_test(await dump(w.redis), w.tag) == of_test(before, w.tag)
+
+    # what it listed is exactly what forget then deletes
+    listed = {line.strip() for line in out.split("\nLeft ")[0].splitlines() if line.startswith("    ")}
+    assert w.forget(w.alice).returncode == 0
+    after = await dump(w.redis)
+    gone = set(of_test(before, w.tag)) - set(after)  # (other tests' keys may expire meanwhile)
+    assert gone == listed and sync_token in after
+
+
+async def test_a_lookalike_id_never_erases_alices_keys(world: World) -> None:
+    """Prefixes of her id and glob characters: forgetting them takes only their own keys."""
+    w = world
+    for name in ("al", "alic", "star", "qmark", "class", "backslash"):
+        other = w.lookalikes[name]
+        before = await dump(w.redis)
+        proc = w.forget(other, "--audit")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        after = await dump(w.redis)
+        assert mentioning(after, w.alice) == mentioning(before, w.alice), name
+        gone = set(of_test(before, w.tag)) - set(after)
+        assert gone and all(mentions(k, other) or mentions(before[k], other) for k in gone), gone
+        assert not mentioning(
+            {k: v for k, v in after.items() if w.tag in k and "user_forgotten" not in v}, other
+        )
+        for rest in w.lookalikes.values():
+            if rest != other:
+                assert mentioning(after, rest) == mentioning(before, rest), (name, rest)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "alice",
+        "@alice",
+        "alice:localhost",
+        "@:localhost",
+        "@alice:",
+        "@al ice:localhost",
+        "@a|b:localhost",
+        "@alice:local host",
+        "@alice:exa@mple.org",
+        "@alice:localhost:port",
+        "*",
+        "",
+    ],
+)
+def test_forget_refuses_what_is_not_a_matrix_user_id(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        admin_cli.main(["forget", bad])
+    assert exc.value.code == 2
+    assert f"argument USER_ID: {bad!r} is not a Matrix user id (@name:server)" in capsys.readouterr().err
+
+
+def test_the_command_refuses_a_bad_id_before_touching_redis() -> None:
+    proc = subprocess.run(
+        [str(BIN / "vagent-admin"), "forget", "alice", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "vagent-admin forget: error: argument USER_ID: 'alice' is not a Matrix user id" in proc.stderr
+
+
+def test_forget_with_redis_down_is_a_one_line_error_and_exit_2() -> None:
+    proc = subprocess.run(
+        [str(BIN / "vagent-admin"), "forget", "@alice:localhost"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "REDIS_URL": f"redis://:pw@127.0.0.1:{free_port()}/0"},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vagent-admin: cannot reach Redis at 127.0.0.1:")
+
+
+# ---- who owns a key, by name alone (the parts the tests above reach through Redis) -------------
+
+ALICE = "@alice:localhost"
+
+
+@pytest.mark.parametrize(
+    ("name", "owner_sid"),
+    [
+        (
+            "write_keys_zset:!r:localhost:main:@alice:localhost:__empty__:shallow",
+            "!r:localhost:main:@alice:localhost",
+        ),
+        ("checkpoint:!r:localhost:$ev:@alice:localhost:", "!r:localhost:$ev:@alice:localhost"),
+        (
+            "checkpoint_latest:!r:localhost:main:@alice:localhost:__empty__",
+            "!r:localhost:main:@alice:localhost",
+        ),
+        ("write_keys_zset:!r:localhost:main:@alice:localhost:8448:__empty__:shallow", None),
+        ("write_keys_zset:!r:localhost:main:@alice:localhost.evil:__empty__:shallow", None),
+        ("write_keys_zset:!r:localhost:main:@al:localhost:__empty__:shallow", None),
+        # a room id made to look like her session, in bob's session: the LAST ':@' is bob
+        ("write_keys_zset:!a:main:@alice:localhost:x:main:@bob:localhost:__empty__:shallow", None),
+        ("write_keys_zset:@alice:localhost:__empty__:shallow", None),  # no session id at all
+    ],
+)
+def test_checkpoint_key_names_are_read_from_the_last_user_id(name: str, owner_sid: str | None) -> None:
+    prefix = name[: name.index(":") + 1]
+    assert admin_cli.checkpoint_key_session(name, prefix, ALICE) == owner_sid
+
+
+def test_a_user_with_a_port_owns_keys_followed_by_digits() -> None:
+    user = "@alice:localhost:8448"
+    name = "write_keys_zset:!r:localhost:main:@alice:localhost:8448:__empty__:shallow"
+    assert admin_cli.checkpoint_key_session(name, "write_keys_zset:", user) == "!r:localhost:main:" + user
+
+
+def test_session_keys_credentials_and_audit_entries_belong_exactly() -> None:
+    sid = "!r:localhost:main:@alice:localhost"
+    assert admin_cli.owns_session_key(f"hitl_pending:{sid}", "hitl_pending:", ALICE)
+    assert not admin_cli.owns_session_key(f"hitl_pending:{sid}:8448", "hitl_pending:", ALICE)
+    assert not admin_cli.owns_session_key(
+        "hitl_pending:!r:localhost:main:@x@alice:localhost", "hitl_pending:", ALICE
+    )
+    assert admin_cli.owns_credential_key(redis_keys.credential_cache(ALICE, "acme", "t"), ALICE)
+    assert not admin_cli.owns_credential_key(redis_keys.credential_cache(ALICE + ".evil", "acme", "t"), ALICE)
+    base = {"service": "bot", "resource": "agent:vagent", "decision": "allowed", "event_type": "agent_access"}
+    assert admin_cli.event_is_theirs(AuditEvent.model_validate({**base, "user_id": ALICE}), ALICE)
+    assert admin_cli.event_is_theirs(
+        AuditEvent.model_validate({**base, "user_id": "@c:x", "session_id": sid}), ALICE
+    )
+    assert not admin_cli.event_is_theirs(
+        AuditEvent.model_validate({**base, "user_id": "@alice:localhost.evil"}), ALICE
+    )
+    forgotten = {**base, "event_type": "user_forgotten", "decision": "done", "user_id": ALICE}
+    assert not admin_cli.event_is_theirs(AuditEvent.model_validate(forgotten), ALICE)
+
+
+def test_glob_characters_are_escaped_in_every_pattern() -> None:
+    user = "@a*[b]?\\:localhost"
+    esc = "@a\\*\\[b\\]\\?\\\\:localhost"
+    assert redis_keys.user_session_keys_pattern("hitl_pending:", user) == f"hitl_pending:*:{esc}"
+    assert redis_keys.user_checkpoint_keys_pattern("checkpoint:", user) == f"checkpoint:*:{esc}:*"
+    assert redis_keys.mentioning_pattern(user) == f"*{esc}*"
+    assert redis_keys.hitl_question_pattern() == "hitl_question:*"
+
+
+def test_valid_user_ids() -> None:
+    for ok in [
+        "@alice:localhost",
+        "@a.b_c=d-e/f+g:example.org",
+        "@alice:localhost:8448",
+        "@bob:[::1]:8448",
+        "@bob:10.0.0.1",
+        "@a*[b]?:localhost",
+    ]:
+        assert admin_cli.valid_user_id(ok), ok
+    assert not admin_cli.valid_user_id("@" + "a" * 250 + ":localhost")
