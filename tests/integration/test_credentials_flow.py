@@ -238,3 +238,28 @@ async def test_no_credential_reaches_any_artifact_of_a_run(
     # the scan can fail: a secret planted in a real log line of the service is found
     plant(stack.graph.log_path, json.dumps({"event": "oops", "key": KEYS[ALICE]}))
     assert secret_leaks({"graph log": stack.graph.logs()}, secrets) == [f"graph log: {KEYS[ALICE][:12]}…"]
+
+
+async def test_an_audit_stream_that_cannot_be_written_fails_no_request(
+    stack: Stack, llm_server: ScriptedLLMServer, redis_url: str
+) -> None:
+    from redis.asyncio import Redis
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await redis.set(stack.stream, "not a stream")  # every XADD now fails with WRONGTYPE
+        llm_server.push_tool_calls([("list_my_tickets", {})])
+        llm_server.push_text("Your tickets.")
+        events = await stack.ask(new_session(ALICE), "what are my open tickets?")
+        assert kinds(events)[-2:] == ["text_final", "done"]
+        assert "VPN drops every hour" in tool_result(llm_server)
+        failures = [
+            line
+            for line in (await metrics_text(stack.graph.url)).splitlines()
+            if line.startswith("vagent_graph_audit_write_failures_total{")
+        ]
+        assert failures and float(failures[0].rsplit(" ", 1)[1]) >= 3, failures
+        assert '"event_type":"credential_access"' in stack.graph.logs().replace(" ", "")  # still logged
+    finally:
+        await redis.delete(stack.stream)
+        await redis.aclose()
