@@ -177,6 +177,12 @@ async def test_no_key_a_denied_user_and_a_registry_that_is_down(
     llm_server.push_text("Later then.")
     events = await stack.ask(new_session(CAROL), "what are my open tickets?")
     assert "unavailable" in tool_result(llm_server) and kinds(events)[-1] == "done"
+    fetches = {
+        line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in (await metrics_text(stack.graph.url)).splitlines()
+        if line.startswith("vagent_graph_credential_fetches_total{")
+    }
+    assert fetches == {"missing": 1.0, "denied": 1.0, "unavailable": 1.0}
 
 
 async def test_a_model_cannot_reach_a_ticket_tool_it_was_not_offered(

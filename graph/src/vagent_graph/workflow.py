@@ -241,6 +241,7 @@ class Workflow:
                 raise CredentialMissing("no credential registry is configured")
             fetched = await registry.get(ctx.ac.user_id, resource, ctx.ac.active_acl_domain)
         except CredentialError as exc:
+            metrics.CREDENTIAL_FETCHES.labels(exc.kind).inc()
             decision: Decision = "denied" if exc.kind in ("missing", "denied") else "error"
             audit(
                 self.d.services,
@@ -252,6 +253,7 @@ class Workflow:
                 reason=f"{exc.kind}: {exc}",
             )
             return credential_failure_text(tool.name, exc, self.d.credential_help)
+        metrics.CREDENTIAL_FETCHES.labels(fetched.source).inc()
         audit(
             self.d.services,
             "credential_access",
