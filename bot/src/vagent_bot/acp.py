@@ -15,7 +15,6 @@ effect on the next request without a restart. An invalid edit makes the provider
 
 from __future__ import annotations
 
-import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -23,16 +22,16 @@ from typing import Any, NamedTuple
 
 import structlog
 import uvicorn
-import yaml
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from vagent_shared.access import AcContext, Resource, RoleGrant
 from vagent_shared.http_errors import api_error, install_error_handlers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import AcpSettings
 from vagent_shared.wire import AuthenticateRequest, ErrorResponse
+from vagent_shared.yaml_files import FileError, ReloadingFile, load_yaml_model
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +39,7 @@ log = structlog.get_logger(__name__)
 SUPERUSER_GROUP = "superusers"
 
 
-class PolicyError(ValueError):
+class PolicyError(FileError):
     """The policy file is missing, not YAML, or does not validate."""
 
 
@@ -119,20 +118,7 @@ class Policy(BaseModel):
 
 def load_policy(path: Path | str) -> Policy:
     """Read and validate a policy file; PolicyError says what is wrong and where."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read policy: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML: {exc}") from exc
-    try:
-        return Policy.model_validate({} if raw is None else raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'policy'}: {e['msg']}" for e in exc.errors()
-        )
-        raise PolicyError(f"{path}: invalid policy: {problems}") from exc
+    return load_yaml_model(path, Policy, "policy", PolicyError)
 
 
 class Reason(StrEnum):
@@ -187,49 +173,15 @@ def context_for(policy: Policy, user_id: str, domain: str) -> Decision:
     return Decision(ac, Reason.SUPERUSER if superuser else Reason.MEMBER)
 
 
-class PolicyStore:
-    """The policy file, re-read when its mtime (or size/inode) changes.
-
-    Why: editing the demo policy must work without restarting the provider. A broken
-    edit is not papered over with the previous policy (that could keep a revoked grant
-    alive): `current()` raises until the file is valid again.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._sig: tuple[int, int, int] | None = None
-        self._policy: Policy | None = None
-        self._error = "policy not loaded"
-        self.current()  # an invalid file at startup is a startup error
-
-    def current(self) -> Policy:
-        """The valid policy as the file is now; PolicyError if it is not valid."""
-        try:
-            st = os.stat(self.path)
-        except OSError as exc:
-            error = f"{self.path}: cannot read policy: {exc.strerror or exc}"
-            if self._policy is not None or error != self._error:
-                log.error("policy_invalid", policy_file=str(self.path), error=error)
-            self._sig, self._policy, self._error = None, None, error
-            raise PolicyError(error) from exc
-        sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if sig != self._sig:
-            self._sig = sig
-            try:
-                self._policy = load_policy(self.path)
-            except PolicyError as exc:
-                self._policy, self._error = None, str(exc)
-                log.error("policy_invalid", policy_file=str(self.path), error=str(exc))
-            else:
-                log.info(
-                    "policy_loaded",
-                    policy_file=str(self.path),
-                    domains=sorted(self._policy.domains),
-                    superusers=len(self._policy.superusers),
-                )
-        if self._policy is None:
-            raise PolicyError(self._error)
-        return self._policy
+def policy_file(path: Path) -> ReloadingFile[Policy]:
+    """The policy file, re-read when it changes: editing the demo policy needs no restart, and
+    a broken edit answers 503 until it is fixed (yaml_files.py)."""
+    return ReloadingFile(
+        path,
+        load_policy,
+        lambda p: {"domains": sorted(p.domains), "superusers": len(p.superusers)},
+        PolicyError,
+    )
 
 
 _MESSAGES = {
@@ -240,7 +192,7 @@ _MESSAGES = {
 
 def create_app(policy_path: Path | str) -> FastAPI:
     """Build the provider; raises PolicyError if the policy file is invalid now."""
-    store = PolicyStore(Path(policy_path))
+    store = policy_file(Path(policy_path))
     app = FastAPI(
         title="vagent development AccessControlProvider",
         version="0.1.0",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -31,7 +30,6 @@ from typing import Annotated, Any, NamedTuple
 
 import structlog
 import uvicorn
-import yaml
 from cryptography.fernet import Fernet
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -43,7 +41,6 @@ from pydantic import (
     SecretStr,
     StrictInt,
     StrictStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -59,6 +56,7 @@ from vagent_shared.http_errors import api_error, install_error_handlers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import CredentialRegistrySettings
 from vagent_shared.wire import ErrorResponse
+from vagent_shared.yaml_files import FileError, ReloadingFile, load_yaml_model
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +66,7 @@ _JWT = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
 Secret = Annotated[StrictStr, Field(min_length=1)]
 
 
-class PolicyError(ValueError):
+class PolicyError(FileError):
     """The policy file is missing, not YAML, or does not validate."""
 
 
@@ -161,30 +159,9 @@ class Policy(BaseModel):
         return _null_as(v, dict)
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """Where the YAML is broken, without PyYAML's snippet of the line (it may hold a secret)."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or exc.context}"
-    return type(exc).__name__
-
-
 def load_policy(path: Path | str) -> Policy:
-    """Read and validate a policy file; PolicyError says what is wrong and where."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read policy: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
-    try:
-        return Policy.model_validate({} if raw is None else raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'policy'}: {e['msg']}" for e in exc.errors()
-        )
-        raise PolicyError(f"{path}: invalid policy: {problems}") from None
+    """Read and validate a policy file; PolicyError says what is wrong and where, never a secret."""
+    return load_yaml_model(path, Policy, "policy", PolicyError)
 
 
 class Outcome(StrEnum):
@@ -224,46 +201,15 @@ def lookup(policy: Policy, req: CredentialRequest, now: datetime) -> Lookup:
     return Lookup(Outcome.ISSUED, response)
 
 
-class PolicyStore:
-    """The policy file, re-read when its mtime (or size/inode) changes.
-
-    Why: editing the dev policy must work without a restart. A broken edit is not papered
-    over with the previous policy (that could keep a revoked credential alive).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._sig: tuple[int, int, int] | None = None
-        self._policy: Policy | None = None
-        self._error = "policy not loaded"
-        self.current()  # an invalid file at startup is a startup error
-
-    def current(self) -> Policy:
-        """The valid policy as the file is now; PolicyError if it is not valid."""
-        try:
-            st = os.stat(self.path)
-        except OSError as exc:
-            self._sig = None
-            self._fail(f"{self.path}: cannot read policy: {exc.strerror or exc}")
-            raise PolicyError(self._error) from None
-        sig = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if sig != self._sig:
-            self._sig = sig
-            try:
-                self._policy = load_policy(self.path)
-            except PolicyError as exc:
-                self._fail(str(exc))
-            else:
-                domains = {d: sorted(dp.resources) for d, dp in self._policy.domains.items()}
-                log.info("policy_loaded", policy_file=str(self.path), domains=domains)
-        if self._policy is None:
-            raise PolicyError(self._error)
-        return self._policy
-
-    def _fail(self, error: str) -> None:
-        if self._policy is not None or error != self._error:
-            log.error("policy_invalid", policy_file=str(self.path), error=error)
-        self._policy, self._error = None, error
+def policy_file(path: Path) -> ReloadingFile[Policy]:
+    """The policy file, re-read when it changes (yaml_files.py): a broken edit answers 503
+    until it is fixed, never with the previous policy (that could keep a revoked credential)."""
+    return ReloadingFile(
+        path,
+        load_policy,
+        lambda p: {"domains": {d: sorted(dp.resources) for d, dp in p.domains.items()}},
+        PolicyError,
+    )
 
 
 _MESSAGES = {
@@ -336,7 +282,7 @@ def _log_outcome(req: CredentialRequest, outcome: str, status: int) -> None:
 
 def create_app(policy_path: Path | str, token: str | None = None) -> FastAPI:
     """Build the registry; raises PolicyError if the policy file is invalid now."""
-    store = PolicyStore(Path(policy_path))
+    store = policy_file(Path(policy_path))
     app = FastAPI(
         title="vagent development Credential Registry",
         version="0.1.0",

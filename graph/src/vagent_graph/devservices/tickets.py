@@ -37,16 +37,16 @@ from typing import Annotated, Any, Literal
 
 import structlog
 import uvicorn
-import yaml
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from starlette.middleware.base import RequestResponseEndpoint
 
 from vagent_graph.devservices.credential_registry import install_json_error_handlers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import TicketsSettings
 from vagent_shared.wire import ErrorResponse
+from vagent_shared.yaml_files import FileError, Loc, load_yaml_model
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +62,7 @@ SCHEMA_VERSION = 1
 FIRST_TICKET_NUMBER = 1001
 
 
-class SeedError(ValueError):
+class SeedError(FileError):
     """The seed file is missing, not YAML, or does not validate."""
 
 
@@ -94,7 +94,7 @@ class Seed(BaseModel):
         return self
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
+def _where(loc: Loc) -> str:
     """A validation error's place; under `keys` that would be the key itself, so not that."""
     if loc[:1] == ("keys",):
         return "keys"
@@ -103,20 +103,7 @@ def _where(loc: tuple[int | str, ...]) -> str:
 
 def load_seed(path: Path | str) -> Seed:
     """Read and validate the seed file; SeedError names the problem, never a key."""
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SeedError(f"{path}: cannot read seed file: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SeedError(f"{path}: not valid YAML{where}") from None
-    try:
-        return Seed.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise SeedError(f"{path}: invalid seed file: {problems}") from None
+    return load_yaml_model(path, Seed, "seed file", SeedError, _where)
 
 
 class NewTicket(BaseModel):
