@@ -126,6 +126,9 @@ async def open_runtime(
         )
         saver.serde = CachingRedisSerializer()
         await saver.asetup()
+        trail = audit_trail.from_settings(
+            settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
+        )
         services = Services(
             RecordsDb(settings.RECORDS_DB_PATH),
             DocumentStore(
@@ -136,9 +139,9 @@ async def open_runtime(
                 settings.SEARCH_TOP_K,
             ),
             EntityStore(redis, settings.ENTITY_GRAPH),
-            *optional_services(settings, redis),
+            trail,
+            *external_clients(settings, redis),
         )
-        trail = services.get(AuditTrail)
         trail.start()
         deps = Deps(
             registry=registry,
@@ -154,13 +157,9 @@ async def open_runtime(
         await redis.aclose()
 
 
-def optional_services(settings: GraphSettings, redis: Redis) -> list[object]:
-    """The audit trail, and the clients of external systems that are configured."""
-    found: list[object] = [
-        audit_trail.from_settings(
-            settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
-        )
-    ]
+def external_clients(settings: GraphSettings, redis: Redis) -> list[object]:
+    """The clients of the external systems that are configured."""
+    found: list[object] = []
     registry = CredentialRegistry.from_settings(settings, redis)
     if registry is not None:
         found.append(registry)

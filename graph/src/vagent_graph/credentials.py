@@ -141,9 +141,10 @@ class CredentialRegistry:
                 if cached is not None and not cached.expired(now, self.margin):
                     return Fetched(cached, "cache")
         cred = await self._fetch(user_id, resource_id, domain)
-        if cred.expired(self.clock()):
+        now = self.clock()  # after the request, which may have taken a while
+        if cred.expired(now):
             raise CredentialUnavailable("the credential registry returned an expired credential")
-        ttl = cache_seconds(cred, self.clock(), self.margin, self.cache_max)
+        ttl = cache_seconds(cred, now, self.margin, self.cache_max)
         if self.cache is not None and ttl > 0:
             with _cache_errors_ignored():
                 await self.cache.put(user_id, domain, resource_id, cred, ttl)

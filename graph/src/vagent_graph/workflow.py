@@ -241,30 +241,34 @@ class Workflow:
                 raise CredentialMissing("no credential registry is configured")
             fetched = await registry.get(ctx.ac.user_id, resource, ctx.ac.active_acl_domain)
         except CredentialError as exc:
-            metrics.CREDENTIAL_FETCHES.labels(exc.kind).inc()
             decision: Decision = "denied" if exc.kind in ("missing", "denied") else "error"
-            audit(
-                self.d.services,
-                "credential_access",
-                ctx.ac,
-                ctx.session_id,
-                resource=f"credential:{resource}",
-                decision=decision,
-                reason=f"{exc.kind}: {exc}",
-            )
+            self._audit_credential(ctx, resource, exc.kind, decision, f"{exc.kind}: {exc}")
             return credential_failure_text(tool.name, exc, self.d.credential_help)
-        metrics.CREDENTIAL_FETCHES.labels(fetched.source).inc()
+        kind = {"credential_type": fetched.credential.credential_type}
+        self._audit_credential(ctx, resource, fetched.source, "allowed", fetched.source, kind)
+        return replace(ctx, credential=fetched.credential)
+
+    def _audit_credential(
+        self,
+        ctx: ToolContext,
+        resource: str,
+        outcome: str,
+        decision: Decision,
+        reason: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """One credential fetch, counted and on record (never the value)."""
+        metrics.CREDENTIAL_FETCHES.labels(outcome).inc()
         audit(
             self.d.services,
             "credential_access",
             ctx.ac,
             ctx.session_id,
             resource=f"credential:{resource}",
-            decision="allowed",
-            reason=fetched.source,
-            metadata={"credential_type": fetched.credential.credential_type},
+            decision=decision,
+            reason=reason,
+            metadata=metadata,
         )
-        return replace(ctx, credential=fetched.credential)
 
     def _audit_tool(
         self,
