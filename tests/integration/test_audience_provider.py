@@ -19,6 +19,7 @@ import pytest
 import yaml
 from procutil import free_port
 
+from tests.support.http_standin import HttpStandIn
 from tests.support.procs import ServiceProcess
 from vagent_bot.access import AccessProvider
 from vagent_bot.audience import RoomAudience, fetch_members
@@ -154,12 +155,11 @@ async def test_the_access_check_of_the_sender_is_unchanged(provider: AccessProvi
 
 # --------------------------------------------------------------------------- misbehaving providers
 
-Respond = Callable[[dict[str, Any]], Awaitable[bytes]]
+Respond = Callable[[dict[str, Any]], Awaitable[tuple[int, bytes]]]
 
 
-def http(status: int, body: bytes) -> bytes:
-    head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-    return (head + "Connection: close\r\n\r\n").encode() + body
+def http(status: int, body: bytes) -> tuple[int, bytes]:
+    return status, body
 
 
 def ac_json(user: str) -> bytes:
@@ -174,90 +174,52 @@ def ac_json(user: str) -> bytes:
     ).encode()
 
 
-class StandIn:
-    """A raw HTTP/1.1 provider on a free loopback port; `respond` decides each answer. Records
-    the requests and the most requests it had in flight at once."""
+def stand_in(respond: Respond) -> HttpStandIn:
+    """A provider answering every request with `respond(body)`."""
 
-    def __init__(self, respond: Respond) -> None:
-        self.respond = respond
-        self.requests: list[str] = []
-        self.in_flight = self.max_in_flight = 0
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[Any]] = set()
-        self.url = ""
+    async def answer(method: str, path: str, body: Any) -> tuple[int, bytes]:
+        return await respond(body)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._handlers.add(task)
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            body = json.loads(await reader.readexactly(length))
-            self.requests.append(body["user_id"])
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            try:
-                writer.write(await self.respond(body))
-                await writer.drain()
-            finally:
-                self.in_flight -= 1
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            if task is not None:
-                self._handlers.discard(task)
+    return HttpStandIn(answer)
 
-    async def __aenter__(self) -> StandIn:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        for task in list(self._handlers):
-            task.cancel()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+def asked(provider: HttpStandIn) -> list[str]:
+    """The users the provider was asked about, in arrival order."""
+    return [body["user_id"] for body in provider.bodies]
 
 
 async def resolved_against(
     respond: Respond, joined: list[str], acp_timeout: float = 2.0, **kw: Any
 ) -> Audience:
-    async with StandIn(respond) as stand_in:
-        p = AccessProvider(stand_in.url, timeout=acp_timeout, agent_id="vagent")
+    async with stand_in(respond) as provider:
+        p = AccessProvider(provider.url, timeout=acp_timeout, agent_id="vagent")
         try:
             return await resolve(p, joined, **kw)
         finally:
             await p.aclose()
 
 
-async def answer_ok(body: dict[str, Any]) -> bytes:
+async def answer_ok(body: dict[str, Any]) -> tuple[int, bytes]:
     return http(200, ac_json(body["user_id"]))
 
 
-async def answer_500(_: dict[str, Any]) -> bytes:
+async def answer_500(_: dict[str, Any]) -> tuple[int, bytes]:
     return http(500, b'{"error_code": "boom"}')
 
 
-async def answer_garbage(_: dict[str, Any]) -> bytes:
+async def answer_garbage(_: dict[str, Any]) -> tuple[int, bytes]:
     return http(200, b"<html>proxy error</html>")
 
 
-async def answer_somebody_else(_: dict[str, Any]) -> bytes:
+async def answer_somebody_else(_: dict[str, Any]) -> tuple[int, bytes]:
     return http(200, ac_json(MALLORY))
 
 
-async def answer_403(_: dict[str, Any]) -> bytes:
+async def answer_403(_: dict[str, Any]) -> tuple[int, bytes]:
     return http(403, b'{"error_code": "not_in_domain"}')
 
 
-async def hang(body: dict[str, Any]) -> bytes:
+async def hang(body: dict[str, Any]) -> tuple[int, bytes]:
     await asyncio.sleep(60)
     return http(200, ac_json(body["user_id"]))
 
@@ -286,7 +248,7 @@ async def test_a_member_the_provider_cannot_answer_for_is_unresolved(
 
 
 async def test_one_bad_answer_does_not_spoil_the_others() -> None:
-    async def mixed(body: dict[str, Any]) -> bytes:
+    async def mixed(body: dict[str, Any]) -> tuple[int, bytes]:
         return await (answer_500 if body["user_id"] == MALLORY else answer_ok)(body)
 
     audience = await resolved_against(mixed, [BOT, ALICE, DAVE, MALLORY, ERIN])
@@ -294,26 +256,26 @@ async def test_one_bad_answer_does_not_spoil_the_others() -> None:
 
 
 async def test_requests_in_flight_never_exceed_the_concurrency() -> None:
-    async def slowish(body: dict[str, Any]) -> bytes:
+    async def slowish(body: dict[str, Any]) -> tuple[int, bytes]:
         await asyncio.sleep(0.05)
         return http(200, ac_json(body["user_id"]))
 
     members = [f"@m{i}:localhost" for i in range(24)]
-    async with StandIn(slowish) as stand_in:
-        p = AccessProvider(stand_in.url, timeout=5.0, agent_id="vagent")
+    async with stand_in(slowish) as provider:
+        p = AccessProvider(provider.url, timeout=5.0, agent_id="vagent")
         try:
             audience = await resolve(p, [BOT, ALICE, *members], concurrency=5)
         finally:
             await p.aclose()
-    assert stand_in.max_in_flight == 5
-    assert sorted(stand_in.requests) == sorted(members)  # each member asked exactly once
+    assert provider.max_in_flight == 5
+    assert sorted(asked(provider)) == sorted(members)  # each member asked exactly once
     assert all(m.ac_context is not None for m in audience.members)
 
 
 async def test_many_slow_members_cost_about_one_timeout() -> None:
     members = [f"@m{i}:localhost" for i in range(40)]
-    async with StandIn(hang) as stand_in:
-        p = AccessProvider(stand_in.url, timeout=0.5, agent_id="vagent")
+    async with stand_in(hang) as provider:
+        p = AccessProvider(provider.url, timeout=0.5, agent_id="vagent")
         start = time.monotonic()
         try:
             audience = await resolve(p, [BOT, ALICE, *members], concurrency=4)
@@ -323,7 +285,7 @@ async def test_many_slow_members_cost_about_one_timeout() -> None:
     assert elapsed < 3, elapsed  # not 40 / 4 x 0.5 s = 5 s
     assert len(audience.members) == 40 and all(m.ac_context is None for m in audience.members)
     # at most two rounds of 4 were sent before the deadline; the rest were never asked
-    assert len(stand_in.requests) <= 8
+    assert len(asked(provider)) <= 8
 
 
 async def test_a_provider_that_is_down_leaves_everyone_unresolved() -> None:

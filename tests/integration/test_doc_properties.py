@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from tests.support.acl_strategies import audiences, contexts
+from tests.support.acl_strategies import ADVERSARIAL_TAGS, audiences, contexts
 from tests.support.knowledge import doc_store, local_embedder
 from vagent_graph.knowledge.chunking import Chunk
 from vagent_graph.knowledge.doc_filter import document_filter
@@ -54,20 +54,7 @@ ODD_IDS = [
     'q"t',
 ]
 CATEGORIES = ["finance", "Finance", "hr", "with space", "a|b", "*", "-", "x}y", PUBLIC_TAG]
-TAGS = [
-    PUBLIC_TAG,
-    "Public",
-    "confidential",
-    "q3",
-    "with space",
-    "a|b",
-    "x}y",
-    "-neg",
-    "star*",
-    "*",
-    "pub*",
-    "日本",
-]
+TAGS = [*ADVERSARIAL_TAGS, "q3"]
 WORDS = (
     "revenue travel policy per diem incident database failover budget salary security password rotation "
     "customer project falcon quarterly results employee handbook office vacation expense approval manager "

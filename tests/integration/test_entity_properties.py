@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from tests.support.acl_strategies import audiences, contexts
+from tests.support.acl_strategies import ADVERSARIAL_TAGS, audiences, contexts
 from vagent_graph.knowledge.entities import Entity, EntityGraph, EntityLookup, Relation
 from vagent_graph.knowledge.entity_filter import FALSE, entity_predicate
 from vagent_graph.knowledge.entity_store import EntityStore
@@ -41,20 +41,7 @@ ODD = ["a|b", "x}y", "-neg", "star*", "(p)", "@x", "$v", "~t", "{b}", "日本", 
 ODD += ["it's", "back\\slash", "c:d", "`tick`", "😀", "İd", "ẞ", "*", '\\"', "}"]
 ID_POOL = ODD + [f"{ODD[i % len(ODD)]}{i}" for i in range(200)]
 TYPES = ["person", "Person", "team", "with space", "a|b", "*", "-", "x}y", 'ty"pe', PUBLIC_TAG]
-TAGS = [
-    PUBLIC_TAG,
-    "Public",
-    "confidential",
-    "with space",
-    "a|b",
-    "x}y",
-    "-neg",
-    "star*",
-    "*",
-    "pub*",
-    "日本",
-]
-TAGS += ["back\\slash", "$t", "'q'"]
+TAGS = [*ADVERSARIAL_TAGS, "back\\slash", "$t", "'q'"]
 NAME_WORDS = ["Ann", "ann", "ANNA", "Bob", "Falcon", "falcon", 'Q"uote', "back\\slash", "x}y", "a|b", "$var"]
 NAME_WORDS += ["İstanbul", "STRASSE", "straße", "日本", "😀", "-", "*", "it's", "Ω", "`b`"]
 REL_TYPES = ["WORKS_ON", "LEADS", "CUSTOMER_OF", "knows", "X1"]

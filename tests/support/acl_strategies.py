@@ -8,7 +8,23 @@ from collections.abc import Sequence
 from hypothesis import strategies as st
 
 from vagent_shared.access import AcContext
-from vagent_shared.knowledge import Audience, AudienceMember
+from vagent_shared.knowledge import PUBLIC_TAG, Audience, AudienceMember
+
+#: Tags a grant or a record may carry: the public tag and its look-alikes, and Redis query
+#: syntax (`|`, `}`, a leading `-`, `*`, spaces) that must neither widen nor break a filter.
+ADVERSARIAL_TAGS = [
+    PUBLIC_TAG,
+    "Public",
+    "confidential",
+    "with space",
+    "a|b",
+    "x}y",
+    "-neg",
+    "star*",
+    "*",
+    "pub*",
+    "日本",
+]
 
 
 @st.composite
