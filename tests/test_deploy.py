@@ -1189,6 +1189,32 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert "vagent-redis" in resources[KNOWLEDGE_JOB]["resource_deps"]
 
 
+def test_tiltfile_forwards_redis_and_has_manual_buttons() -> None:
+    """Redis on localhost:6379; integration-tests, redis-flush and api-docs run only when
+    clicked, and redis-flush can only ever reach the dev overlay's Redis."""
+    calls, module = _eval_tiltfile()
+    resources = {args[0]: kwargs for name, args, kwargs in calls if name == "k8s_resource"}
+    assert "6379:6379" in [str(p) for p in resources["vagent-redis"]["port_forwards"]]
+    buttons = {args[0]: kwargs for name, args, kwargs in calls if name == "local_resource"}
+    assert set(buttons) == {"integration-tests", "redis-flush", "api-docs"}
+    for name, kw in buttons.items():
+        assert kw["trigger_mode"] == "TRIGGER_MODE_MANUAL", name
+        assert kw["auto_init"] is False, name
+        assert set(kw.get("resource_deps", [])) <= set(resources), name
+    dev_docs = rendered("dev")
+    namespaces = {d["metadata"].get("namespace") for d in dev_docs if d["kind"] in POD_KINDS}
+    assert namespaces == {module["DEV_NAMESPACE"]}
+    flush = buttons["redis-flush"]["cmd"].split()
+    assert flush[:3] == ["kubectl", "--namespace", module["DEV_NAMESPACE"]]
+    kind, _, name = flush[flush.index("exec") + 1].partition("/")
+    redis = _workloads(dev_docs)[name]
+    assert redis["kind"].lower() == kind and "FLUSHALL" in flush
+    assert "http://localhost:8000/" in buttons["api-docs"]["cmd"]
+    assert "8000:8000" in [str(p) for p in resources["vagent-graph"]["port_forwards"]]
+    assert "tests/integration" in buttons["integration-tests"]["cmd"]
+    assert (ROOT / "tests" / "integration").is_dir()
+
+
 @pytest.mark.skipif(shutil.which("sh") is None, reason="no POSIX shell")
 def test_tiltfile_supervisor_completes_one_shots_and_restarts_crashes(tmp_path: Path) -> None:
     """Tilt puts SUPERVISOR on every container of the graph image, the knowledge Job's too:
