@@ -44,7 +44,7 @@ from vagent_graph.tools import Services, ToolRegistry, default_registry
 from vagent_graph.tools.records import RecordsDb, ensure_records_db
 from vagent_graph.tools.tickets import TicketService
 from vagent_graph.workflow import Deps, build_graph, new_turn_input
-from vagent_shared import audit_trail
+from vagent_shared import audit_trail, redis_connect
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error, install_error_handlers
@@ -114,7 +114,7 @@ async def open_runtime(
     """Redis, the checkpointer, the knowledge stores and the compiled graph, exactly as the
     service runs them. The embedding model loads on its first use, not here."""
     ensure_records_db(settings.RECORDS_DB_PATH)
-    redis = Redis.from_url(
+    redis = redis_connect.connect(
         settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
     )
     services: Services | None = None

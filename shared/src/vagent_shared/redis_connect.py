@@ -1,0 +1,134 @@
+"""One way to turn REDIS_URL into a client, for both services, the checkpointer and the CLIs.
+
+Besides Redis' own forms (redis://, rediss://, unix://) REDIS_URL may name Redis Sentinel,
+in the form redisvl and other clients of the ecosystem read:
+
+    redis+sentinel://[user:pass@]host1:port1[,host2:port2,...][/service_name][/db]
+
+(port 26379 and service "mymaster" when left out; IPv6 hosts in brackets). The client then
+asks the sentinels for the master and asks again whenever its connection breaks, so it
+follows a failover. The user and password are used for the sentinels and for Redis alike
+(as redisvl does). Messages name the address with `where`, never the password.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+
+SENTINEL_SCHEME = "redis+sentinel"
+DEFAULT_SENTINEL_PORT = 26379
+DEFAULT_SERVICE = "mymaster"
+
+
+class RedisUrlError(ValueError):
+    """REDIS_URL cannot be read. The message never contains the password."""
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int | None = None
+    username: str | None = None
+    password: str | None = None
+
+
+def is_sentinel(url: str) -> bool:
+    return url.split("://", 1)[0].lower() == SENTINEL_SCHEME
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    if text.startswith("["):  # [IPv6]:port
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or not host or (rest and not rest.startswith(":")):
+            raise RedisUrlError(f"bad sentinel address {text!r} in REDIS_URL")
+        port = rest[1:]
+    else:
+        host, _, port = text.partition(":")
+        if not host:
+            raise RedisUrlError("REDIS_URL names an empty sentinel address")
+    if not port:
+        return host, DEFAULT_SENTINEL_PORT
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise RedisUrlError(f"bad sentinel port {port!r} in REDIS_URL")
+    return host, int(port)
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """The sentinels, service, db and credentials of a redis+sentinel:// URL."""
+    if not is_sentinel(url):
+        raise RedisUrlError(f"REDIS_URL is not a {SENTINEL_SCHEME}:// URL")
+    rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        hosts, userinfo = netloc, ""
+    if not hosts:
+        raise RedisUrlError("REDIS_URL names no sentinel (redis+sentinel://host:port,.../service/db)")
+    sentinels = [_host_port(h) for h in hosts.split(",")]
+    username = password = None
+    if userinfo:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    parts = path.split("/") if path else []
+    if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise RedisUrlError("REDIS_URL: after the sentinels comes /service_name[/db], db a number")
+    service = unquote(parts[0]) if parts and parts[0] else DEFAULT_SERVICE
+    db = int(parts[1]) if len(parts) == 2 else None
+    return SentinelUrl(sentinels, service, db, username, password)
+
+
+def where(url: str) -> str:
+    """The Redis address without credentials, for messages and logs."""
+    try:
+        if is_sentinel(url):
+            s = parse_sentinel_url(url)
+            hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in s.sentinels)
+            return f"sentinel {hosts} service {s.service}"
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path
+        return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    except (RedisUrlError, ValueError):
+        return "(unreadable REDIS_URL)"
+
+
+def _sentinel_args(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[str, Any], dict[str, Any]]:
+    s = parse_sentinel_url(url)
+    conn = dict(kwargs)
+    for key, value in (("username", s.username), ("password", s.password), ("db", s.db)):
+        if value is not None:
+            conn[key] = value
+    # The sentinels get the same socket timeouts and credentials (redis-py's own default
+    # keeps only the socket_* options).
+    shared = ("username", "password")
+    sentinel_kwargs = {k: v for k, v in conn.items() if k.startswith("socket_") or k in shared}
+    return s, conn, sentinel_kwargs
+
+
+def connect(url: str, **client_kwargs: Any) -> redis.asyncio.Redis:
+    """An asyncio client for REDIS_URL: Redis.from_url, or the Sentinel's master client."""
+    if not is_sentinel(url):
+        return redis.asyncio.Redis.from_url(url, **client_kwargs)
+    s, conn, sentinel_kwargs = _sentinel_args(url, client_kwargs)
+    sentinel = redis.asyncio.sentinel.Sentinel(s.sentinels, sentinel_kwargs=sentinel_kwargs, **conn)  # type: ignore[no-untyped-call]
+    client: redis.asyncio.Redis = sentinel.master_for(s.service, redis_class=redis.asyncio.Redis, **conn)  # type: ignore[no-untyped-call]
+    return client
+
+
+def connect_sync(url: str, **client_kwargs: Any) -> redis.Redis:
+    """The same as `connect`, for the synchronous CLIs."""
+    if not is_sentinel(url):
+        return redis.Redis.from_url(url, **client_kwargs)
+    s, conn, sentinel_kwargs = _sentinel_args(url, client_kwargs)
+    sentinel = redis.sentinel.Sentinel(s.sentinels, sentinel_kwargs=sentinel_kwargs, **conn)  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(s.service, redis_class=redis.Redis, **conn)  # type: ignore[no-untyped-call]
+    return client
