@@ -47,6 +47,9 @@ class GraphSettings(CommonSettings):
     MAX_REQUEST_BYTES: int = Field(default=1_000_000, ge=1024)
     CHECKPOINT_TTL_MINUTES: int = Field(default=1440, ge=1)
     LLM_TIMEOUT_SECONDS: float = Field(default=120.0, gt=0)
+    #: The openai SDK's retries of one LLM request (its default: 2): 408/409/429/5xx and
+    #: connection errors, with exponential backoff, before any streamed chunk arrived.
+    LLM_MAX_RETRIES: int = Field(default=2, ge=0, le=10)
     RUN_TIMEOUT_SECONDS: float = Field(default=600.0, gt=0)
     #: Text chunks after the first wait up to this long to share one SSE write (0: none wait).
     SSE_FLUSH_INTERVAL_MS: int = Field(default=50, ge=0, le=1000)
