@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -39,8 +40,14 @@ def binaries() -> tuple[str, list[str]]:
 
 
 class RedisServer:
-    def __init__(self, port: int, data_dir: Path, password: str | None = None) -> None:
+    """`extra_args` come last and so win over the defaults: `("--appendonly", "yes")` for an
+    append-only file, `("--replicaof", "127.0.0.1", "6391")` for a replica."""
+
+    def __init__(
+        self, port: int, data_dir: Path, password: str | None = None, extra_args: Sequence[str] = ()
+    ) -> None:
         self.port, self.data_dir, self.password = port, Path(data_dir), password
+        self.extra_args = list(extra_args)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -73,7 +80,7 @@ class RedisServer:
             cmd += ["--requirepass", self.password]
         for m in mods:
             cmd += ["--loadmodule", m]
-        return cmd
+        return cmd + self.extra_args
 
     def start(self, timeout: float = 15.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -15,15 +15,20 @@ from vagent_bot.access import AccessProvider
 from vagent_bot.bot import VagentBot
 from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphClient
-from vagent_shared import audit_trail
+from vagent_shared import audit_trail, redis_connect
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger("vagent_bot")
 
 
+def redis_client(settings: BotSettings) -> Redis:
+    """The bot's one Redis client; with a redis+sentinel:// REDIS_URL it follows the master."""
+    return redis_connect.connect(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+
+
 async def amain(settings: BotSettings) -> int:
-    redis = Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+    redis = redis_client(settings)
     token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else None
     graph = GraphClient(settings.GRAPH_API_ENDPOINT, token)
     audit = audit_trail.from_settings(

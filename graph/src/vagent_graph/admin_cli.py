@@ -62,6 +62,7 @@ from vagent_graph.audit_cli import StreamReader, connect, load_settings, printab
 from vagent_shared import redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import stream_bounds
+from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.session import SessionId
 from vagent_shared.settings import CommonSettings
 
@@ -370,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings(PROG)
     try:
         redis = connect(settings.REDIS_URL)
+    except RedisUrlError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     except RedisError as exc:
         print(
             f"{PROG}: cannot reach Redis at {where(settings.REDIS_URL)} (REDIS_URL): {type(exc).__name__}",

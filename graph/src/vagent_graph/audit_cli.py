@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO, cast, get_args
-from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 from redis import Redis
@@ -37,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from vagent_shared import redis_connect
 from vagent_shared.audit import AuditEvent, AuditEventType, Decision
 from vagent_shared.settings import CommonSettings
 
@@ -354,13 +354,15 @@ def skipped_message(prog: str, n: int) -> str:
 
 def where(url: str) -> str:
     """The Redis address without credentials, for messages."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    return redis_connect.where(url)
 
 
 def connect(url: str) -> Redis:
-    """A client that has answered a PING; raises RedisError when Redis cannot be reached."""
-    redis = Redis.from_url(url, socket_timeout=FOLLOW_BLOCK_MS / 1000 + 10, socket_connect_timeout=5)
+    """A client that has answered a PING; raises RedisError when Redis cannot be reached
+    (RedisUrlError when REDIS_URL cannot be read)."""
+    redis = redis_connect.connect_sync(
+        url, socket_timeout=FOLLOW_BLOCK_MS / 1000 + 10, socket_connect_timeout=5
+    )
     try:
         redis.ping()
     except RedisError:
@@ -394,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
+    except redis_connect.RedisUrlError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `vagent-audit export | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (RedisConnectionError, RedisTimeoutError) as exc:

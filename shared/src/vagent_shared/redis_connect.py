@@ -13,6 +13,8 @@ follows a failover. The user and password are used for the sentinels and for Red
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -114,13 +116,43 @@ def _sentinel_args(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[
     return s, conn, sentinel_kwargs
 
 
+class FollowingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
+    """Asks the sentinels for the master at most once a `CHECK_SECONDS` before handing out a
+    connection, and drops connections to a master that is no longer one.
+
+    Why: redis-py asks only when it opens a connection. After a forced failover
+    (`SENTINEL FAILOVER`) the old master keeps accepting writes until a sentinel turns it
+    into a replica, up to about 10 s later; pooled connections would write there, and those
+    writes are lost when it resyncs. With this check a connection is handed out to the old
+    master for at most CHECK_SECONDS after the sentinels switched.
+    """
+
+    CHECK_SECONDS = 1.0
+
+    def __init__(self, service_name: str, sentinel_manager: Any, **kwargs: Any) -> None:
+        super().__init__(service_name, sentinel_manager, **kwargs)  # type: ignore[no-untyped-call]
+        self._checked = 0.0
+
+    async def get_connection(self, *args: Any, **options: Any) -> Any:
+        now = time.monotonic()
+        if now - self._checked >= self.CHECK_SECONDS:
+            self._checked = now
+            # A sentinel that cannot be asked just now is no reason to fail the request:
+            # the connections keep going where they went.
+            with contextlib.suppress(redis.RedisError, OSError):
+                await self.get_master_address()  # type: ignore[no-untyped-call]
+        return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
+
+
 def connect(url: str, **client_kwargs: Any) -> redis.asyncio.Redis:
     """An asyncio client for REDIS_URL: Redis.from_url, or the Sentinel's master client."""
     if not is_sentinel(url):
         return redis.asyncio.Redis.from_url(url, **client_kwargs)
     s, conn, sentinel_kwargs = _sentinel_args(url, client_kwargs)
     sentinel = redis.asyncio.sentinel.Sentinel(s.sentinels, sentinel_kwargs=sentinel_kwargs, **conn)  # type: ignore[no-untyped-call]
-    client: redis.asyncio.Redis = sentinel.master_for(s.service, redis_class=redis.asyncio.Redis, **conn)  # type: ignore[no-untyped-call]
+    client: redis.asyncio.Redis = sentinel.master_for(
+        s.service, redis_class=redis.asyncio.Redis, connection_pool_class=FollowingSentinelPool, **conn
+    )  # type: ignore[no-untyped-call]
     return client
 
 

@@ -23,7 +23,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -38,6 +37,7 @@ from vagent_graph.knowledge.entities import EntityFileError, load_files
 from vagent_graph.knowledge.entity_store import EntityStore, EntityStoreError
 from vagent_graph.knowledge.ingest import Parsed
 from vagent_graph.knowledge.parsing import DocumentError, quiet_parsers
+from vagent_shared import redis_connect
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
 
@@ -94,13 +94,15 @@ class Context:
 
 def _where(url: str) -> str:
     """The Redis address without credentials, for messages."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379}"
+    return redis_connect.where(url)
 
 
 @asynccontextmanager
 async def context(settings: GraphSettings) -> AsyncIterator[Context]:
-    redis = Redis.from_url(settings.REDIS_URL, socket_timeout=30, socket_connect_timeout=5)
+    try:
+        redis = redis_connect.connect(settings.REDIS_URL, socket_timeout=30, socket_connect_timeout=5)
+    except redis_connect.RedisUrlError as exc:
+        raise CliError(str(exc)) from None
     try:
         await redis.ping()  # type: ignore[misc]
     except RedisError as exc:

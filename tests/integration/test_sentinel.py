@@ -1,0 +1,167 @@
+"""REDIS_URL=redis+sentinel://...: a real master, replica and sentinel on loopback.
+
+A question asked before a forced failover is answered after it: the run resumes from the
+checkpoint on the new master, the confirmed tool runs once, the next message is answered
+once. While the switch happens a probe measures what requests see (printed; the numbers in
+docs/deployment.md come from here). The bot's Redis client, built from the same URL, keeps
+its pending questions across the switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from procutil import wait_until
+
+from tests.support.factories import message_body, new_session
+from tests.support.graph_process import GraphProcess
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.redis_sentinel import SentinelSetup
+from tests.support.sse import kinds, post_sse
+from vagent_bot.__main__ import redis_client
+from vagent_bot.hitl_store import HitlStore
+from vagent_shared.events import HitlRequest, TextFinal
+from vagent_shared.hitl import PendingQuestion
+from vagent_shared.redis_connect import FollowingSentinelPool
+from vagent_shared.settings import BotSettings
+
+CUTOFF = "2020-01-01"
+
+
+@pytest.fixture(scope="module")
+def sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
+    with SentinelSetup(tmp_path_factory.mktemp("sentinel")) as setup:
+        yield setup
+
+
+def older(db: Path) -> int:
+    with sqlite3.connect(db) as c:
+        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
+
+
+@dataclass
+class Probe:
+    """Cheap requests that need Redis (a session reset takes the session lock), one after
+    the other while the failover runs: how many fail, how long the slowest one waits."""
+
+    outcomes: list[tuple[float, int, float]] = field(default_factory=list)  # (at, status, seconds)
+
+    async def run(self, client: httpx.AsyncClient, headers: dict[str, str], stop: asyncio.Event) -> None:
+        body = {"session_id": new_session().format()}
+        while not stop.is_set():
+            start = time.monotonic()
+            try:
+                status = (await client.post("/api/v1/reset_session", json=body, headers=headers)).status_code
+            except httpx.HTTPError:
+                status = 0
+            self.outcomes.append((start, status, time.monotonic() - start))
+            await asyncio.sleep(0.02)
+
+    def report(self) -> str:
+        failed = [o for o in self.outcomes if o[1] != 200]
+        span = (failed[-1][0] + failed[-1][2] - failed[0][0]) if failed else 0.0
+        slowest = max((o[2] for o in self.outcomes), default=0.0)
+        return (
+            f"{len(self.outcomes)} requests, {len(failed)} failed "
+            f"(statuses {sorted({o[1] for o in failed})}) over {span:.2f}s; slowest {slowest:.2f}s"
+        )
+
+
+async def test_a_question_survives_a_failover(
+    sentinel: SentinelSetup, llm_server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    g = GraphProcess(sentinel.url, tmp_path, llm_server.base_url).start()
+    db = tmp_path / "records.db"
+    try:
+        n = older(db)
+        sid = new_session()
+        llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
+        async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
+            events = await post_sse(c, "/api/v1/process_message", message_body(sid, "delete old"), g.headers)
+            assert kinds(events) == ["hitl_request", "done"]
+            q = events[0]
+            assert isinstance(q, HitlRequest)
+            assert wait_until(sentinel.in_sync, 20), "the replica never caught up"
+
+            probe, stop = Probe(), asyncio.Event()
+            probing = asyncio.create_task(probe.run(c, g.headers, stop))
+            await asyncio.sleep(0.3)
+            switch = time.monotonic()
+            old = await asyncio.to_thread(sentinel.failover)
+            switched = time.monotonic() - switch
+            await asyncio.to_thread(sentinel.wait_demoted, old)
+            demoted = time.monotonic() - switch
+            await asyncio.sleep(1)
+            stop.set()
+            await probing
+            print(
+                f"\nfailover: new master named after {switched:.2f}s, old one a replica after "
+                f"{demoted:.2f}s; {probe.report()}"
+            )
+            assert probe.outcomes and probe.outcomes[-1][1] == 200  # over: requests work again
+
+            llm_server.push_text("Deleted.")
+            events = await post_sse(
+                c,
+                "/api/v1/submit_feedback",
+                {"session_id": sid.format(), "response": "yes", "interrupt_id": q.interrupt_id},
+                g.headers,
+            )
+            assert kinds(events)[-2:] == ["text_final", "done"]
+            assert older(db) == 0 and n > 0
+            tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
+            assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]
+
+            asked = len(llm_server.requests)
+            llm_server.push_text("Anything else?")
+            events = await post_sse(c, "/api/v1/process_message", message_body(sid, "thanks"), g.headers)
+            assert kinds(events)[-2:] == ["text_final", "done"]
+            assert events[-2] == TextFinal(content="Anything else?", is_final=True)
+            assert len(llm_server.requests) == asked + 1  # answered once
+            health = await c.get("/health")
+            assert health.status_code == 200
+        assert "Traceback" not in g.logs()
+    finally:
+        g.stop()
+
+
+async def test_the_bots_redis_client_follows_the_master(
+    sentinel: SentinelSetup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URL", sentinel.url)
+    redis = redis_client(BotSettings())
+    store = HitlStore(redis)
+    try:
+        sid = new_session().format()
+        pending = PendingQuestion(
+            session_id=sid,
+            room_id="!r:localhost",
+            user_id="@alice:localhost",
+            question="Delete?",
+            interrupt_id="i-1",
+            question_event_id="$q1",
+        )
+        await store.save(pending, 600)
+        assert await store.peek(sid) == pending
+        assert wait_until(sentinel.in_sync, 20)
+        assert await redis.ping()  # type: ignore[misc]  # a pooled connection to the old master
+        old = await asyncio.to_thread(sentinel.failover)
+        master, _ = sentinel.current()
+        # Before the old master is demoted: within about a second the client asks the
+        # sentinel again and leaves it (FollowingSentinelPool), so no write is lost there.
+        await asyncio.sleep(FollowingSentinelPool.CHECK_SECONDS + 0.2)
+        assert (await redis.info("server"))["tcp_port"] == master.port
+        assert await store.session_for_question("$q1") == sid
+        assert await store.consume(sid) == pending
+        assert await store.consume(sid) is None  # once
+        await asyncio.to_thread(sentinel.wait_demoted, old)
+        assert await store.peek(sid) is None  # the consumption was not lost with the old master
+    finally:
+        await redis.aclose()
