@@ -339,8 +339,8 @@ async def test_failures_are_told_once_and_the_session_stays_usable(
     stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
 ) -> None:
     room = await dm_with_bot(alice, stack)
-    llm.push_error(500, "boom: internal details")
-    llm.push_error(500, "boom: internal details")  # the graph's client retries once
+    for _ in range(3):  # the graph's client retries twice (LLM_MAX_RETRIES, the SDK's default)
+        llm.push_error(500, "boom: internal details")
     await alice.send(room, "first")
     err = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("⚠️"))
     assert "boom" not in err.body and "Traceback" not in err.body

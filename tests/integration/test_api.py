@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -188,7 +189,7 @@ async def test_a_stream_opens_while_the_model_thinks_and_gets_keep_alive_comment
         opened = loop.time() - start  # the response headers are in
         await r.aread()
     assert r.status_code == 200
-    assert opened < 0.8  # not held back until the first token (upstream.py)
+    assert opened < 0.8  # not held back until the first token
     before_answer = r.text.split("event: text_chunk")[0]
     assert ": keep-alive" in before_answer  # SSE_KEEPALIVE_SECONDS=0.3 in this module
     assert kinds(parse_sse_text(r.text)) == ["text_chunk", "text_final", "done"]
@@ -235,12 +236,40 @@ async def test_garbage_bodies_are_4xx_not_500(client: httpx.AsyncClient, graph: 
     for raw in [b"", b"{", b"[]", b"null", b'{"session_id": 5}', "ü\x00".encode(), b"\xff\xfe"]:
         r = await client.post(PM, content=raw, headers=h)
         assert r.status_code == 422, (raw, r.status_code)
+        assert r.json()["error_code"] == "invalid_request" and r.json()["message"].startswith(
+            ("body", "session_id")
+        )
     r = await client.post(PM, content=b"x" * 2_000_000, headers=h)
     assert r.status_code == 413 and r.json()["error_code"] == "request_too_large"
+    for raw in [b'{"session_id": "\xc3"}', b"\xff", b"[" * 5000 + b"]" * 5000]:  # not UTF-8, too deep
+        r = await client.post(PM, content=raw, headers=h)
+        assert r.status_code == 400 and r.json()["error_code"] == "bad_request", (raw[:20], r.text)
     r = await client.post(
         FB, json={"session_id": "!r:x:main:@a:x", "response": "y" * 20000}, headers=graph.headers
     )
     assert r.status_code == 422
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded", "json"])
+async def test_a_body_that_is_not_json_by_its_content_type_is_a_clear_422(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, content_type: str | None
+) -> None:
+    raw = json.dumps(message_body(new_session(), "hello")).encode()
+    headers = {**graph.headers, **({"content-type": content_type} if content_type else {})}
+    r = await client.post(PM, content=raw, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["error_code"] == "invalid_request" and r.json()["message"].startswith("body")
+    assert llm_server.requests == []
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/vnd.vagent+json"])
+async def test_any_json_content_type_is_accepted(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, content_type: str
+) -> None:
+    llm_server.push_text("Fine.")
+    raw = json.dumps(message_body(new_session(), "hello")).encode()
+    r = await client.post(PM, content=raw, headers={**graph.headers, "content-type": content_type})
+    assert r.status_code == 200 and parse_sse_text(r.text)[-2] == TextFinal(content="Fine.", is_final=True)
 
 
 async def test_feedback_with_nothing_pending_is_409(client: httpx.AsyncClient, graph: GraphProcess) -> None:
@@ -552,66 +581,3 @@ async def test_a_body_the_client_stops_sending_is_a_400_not_a_500(
     assert count("400", after) == count("400", before) + 1
     assert count("500", after) == count("500", before)
     assert llm_server.requests == []
-
-
-async def checkpoint_commands(redis_url: str, key: str, work: Any) -> tuple[Any, list[tuple[str, str]]]:
-    """Run `work` (a coroutine) under Redis MONITOR: its result, and (client type, command)
-    of every command naming the checkpoint `key`, in order ("lua": inside a script)."""
-    import uuid
-
-    from redis.asyncio import Redis
-
-    redis, spy = Redis.from_url(redis_url), Redis.from_url(redis_url)
-    seen: list[dict[str, Any]] = []
-    sentinel = f"sentinel-{uuid.uuid4().hex}"
-    try:
-        async with spy.monitor() as monitor:
-
-            async def listen() -> None:
-                async for info in monitor.listen():
-                    seen.append(info)
-                    if sentinel in info["command"]:
-                        return
-
-            listening = asyncio.create_task(listen())
-            await asyncio.sleep(0.1)
-            result = await work
-            await redis.echo(sentinel)
-            await asyncio.wait_for(listening, timeout=10)
-    finally:
-        await redis.aclose()
-        await spy.aclose()
-    named = [i for i in seen if f"{key} " in i["command"] + " "]
-    return result, [(i["client_type"], i["command"].split(" ")[0].upper()) for i in named]
-
-
-async def test_a_turn_locks_and_loads_its_session_in_one_round_trip(
-    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, redis_url: str
-) -> None:
-    """The checkpoint of an existing conversation comes with the session lock (one script);
-    the checkpointer neither reads it nor refreshes its TTL on its own."""
-    sid = new_session()
-    key = f"checkpoint:{sid.format()}:"
-    llm_server.push_text("First answer.")
-    await post_sse(client, PM, message_body(sid, "one"), graph.headers)
-    llm_server.push_text("Second answer.")
-    turn = post_sse(client, PM, message_body(sid, "two"), graph.headers)
-    events, commands = await checkpoint_commands(redis_url, key, turn)
-    assert events[-2] == TextFinal(content="Second answer.", is_final=True)
-    assert ("lua", "JSON.GET") in commands  # read inside the lock script
-    assert [c for c in commands if c[0] != "lua" and c[1] == "JSON.GET"] == []
-    written = commands.index(("tcp", "JSON.SET"))
-    assert ("tcp", "EXPIRE") not in commands[:written]  # no separate TTL refresh before the write
-
-    # an answer to a question: the check for the pending question is served the same way,
-    # so only the resumed run reads the checkpoint itself (once, not twice)
-    llm_server.push_tool_calls([("ask_user", {"question": "Color?"})])
-    asked = await post_sse(client, PM, message_body(sid, "pick a color"), graph.headers)
-    question = asked[-2]
-    assert isinstance(question, HitlRequest)
-    llm_server.push_text("Red it is.")
-    fb = {"session_id": sid.format(), "response": "red", "interrupt_id": question.interrupt_id}
-    events, commands = await checkpoint_commands(redis_url, key, post_sse(client, FB, fb, graph.headers))
-    assert events[-2] == TextFinal(content="Red it is.", is_final=True)
-    assert ("lua", "JSON.GET") in commands
-    assert len([c for c in commands if c[0] != "lua" and c[1] == "JSON.GET"]) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +25,10 @@ from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
-from vagent_graph import admin, locked_read, metrics
+from vagent_graph import admin, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.credentials import CredentialRegistry
 from vagent_graph.hitl import CANCEL_RESUME
-from vagent_graph.json_route import JsonBodyRoute
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
@@ -39,7 +38,7 @@ from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.outbox import Pacing
 from vagent_graph.runner import Run, durability_for
 from vagent_graph.session_lock import SessionBusy, SessionLock
-from vagent_graph.storage import CachingRedisSerializer, checkpoint_key, end_of_run
+from vagent_graph.storage import CachingRedisSerializer, end_of_run
 from vagent_graph.tools import Services, ToolRegistry, default_registry
 from vagent_graph.tools.records import RecordsDb, ensure_records_db
 from vagent_graph.tools.tickets import TicketService
@@ -120,8 +119,7 @@ async def open_runtime(
     services: Services | None = None
     try:
         saver = AsyncShallowRedisSaver(
-            # Same pool; answers the read that came with the session lock (locked_read.py).
-            redis_client=locked_read.PrefetchingRedis(connection_pool=redis.connection_pool),
+            redis_client=redis,
             ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
         )
         saver.serde = CachingRedisSerializer()
@@ -263,7 +261,6 @@ def create_app(
         "needs `Authorization: Bearer $GRAPH_API_TOKEN`.",
         lifespan=lifespan,
     )
-    app.router.route_class = JsonBodyRoute  # a JSON body straight into its model
     app.add_middleware(
         RequestMiddleware,
         max_bytes=settings.MAX_REQUEST_BYTES,
@@ -278,17 +275,10 @@ def create_app(
 
     install_error_handlers(app)
 
-    async def acquire(r: Runtime, session_id: str, *, read_checkpoint: bool = True) -> SessionLock:
-        """The session lock; with it (one round trip) the checkpoint, which the checkpointer
-        then reads from memory in this task (locked_read.py)."""
+    async def acquire(r: Runtime, session_id: str) -> SessionLock:
+        """The session lock (one run per session across replicas), or a clear 409/503."""
         try:
-            lock = await SessionLock.acquire(
-                r.redis,
-                session_id,
-                r.settings.RUN_TIMEOUT_SECONDS + 60,
-                checkpoint_key(r.checkpointer, session_id) if read_checkpoint else None,
-                r.settings.CHECKPOINT_TTL_MINUTES * 60,
-            )
+            return await SessionLock.acquire(r.redis, session_id, r.settings.RUN_TIMEOUT_SECONDS + 60)
         except SessionBusy:
             raise api_error(
                 409, "session_busy", "This session is already answering another message."
@@ -296,9 +286,6 @@ def create_app(
         except Exception as exc:
             log.error("redis_unavailable", error=str(exc))
             raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
-        if lock.checkpoint is not None:
-            locked_read.offer(lock.checkpoint)
-        return lock
 
     async def end_run(lock: SessionLock, outcome: SSEEvent | None) -> None:
         """After a run: bound the session's Redis bytes, remember whether a question waits,
@@ -316,10 +303,9 @@ def create_app(
         except Exception as exc:  # Redis gone: the lock's TTL cleans up
             log.debug("lock_release_failed", error_type=type(exc).__name__)
 
-    def sse(
-        endpoint: str, session_id: str, lock: SessionLock, batches: AsyncGenerator[list[SSEEvent], None]
-    ) -> EventSourceResponse:
+    def sse(endpoint: str, session_id: str, lock: SessionLock, run: Run) -> EventSourceResponse:
         start = time.perf_counter()
+        batches = run.batches()
         outcome: SSEEvent | None = None
         finished = False
         events = writes = 0
@@ -335,6 +321,7 @@ def create_app(
             # unlocked even so, hence the shield (anyio re-cancels every await).
             with anyio.CancelScope(shield=True):
                 await batches.aclose()
+                await run.close()  # also when the stream never started
                 await end_run(lock, outcome)
             metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
             log.info(
@@ -414,30 +401,20 @@ def create_app(
         log.debug("process_message", user_id=body.user_id, chars=len(body.message))
         sid = body.session_id
 
-        async def close_if_pending(lock: SessionLock) -> None:
-            if lock.question_may_be_pending:
-                await close_stale_question(r, sid)
+        lock = await acquire(r, sid)
 
-        # The lock is taken while the graph prepares; the graph reads the session only
-        # once it is held (Run, locked_read.py).
+        async def close_stale() -> None:
+            await close_stale_question(r, sid)
+
         run = Run(
             r.graph,
             new_turn_input(body.message, body.ac_context),
             run_config(sid, body.audience),
             r.settings.RUN_TIMEOUT_SECONDS,
-            gate=lambda: acquire(r, sid),
-            prelude=close_if_pending,
+            prelude=close_stale if lock.question_may_be_pending else None,
             pacing=pacing,
         )
-        try:
-            lock: SessionLock = await run.gate
-            await run.under_way  # the response is set up while the LLM thinks (upstream.py)
-        except BaseException:  # busy, Redis down, or this request cancelled
-            await run.close()
-            if run.gate_opened:  # the lock was taken just before this request went away
-                await release(run.gate.result())
-            raise
-        return sse("process_message", sid, lock, run.batches())
+        return sse("process_message", sid, lock, run)
 
     @app.post(
         "/api/v1/submit_feedback",
@@ -480,26 +457,20 @@ def create_app(
         cfg = run_config(body.session_id, body.audience)
 
         run = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, pacing=pacing)
-        batches = run.batches()
         accept = request.headers.get("accept", "")
         if "application/json" in accept and "text/event-stream" not in accept:
+            batches = run.batches()
             collected: list[SSEEvent] = []
             try:
                 async for batch in batches:
                     collected += batch
             finally:
                 await batches.aclose()
+                await run.close()
                 last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
                 await end_run(lock, last)
             return JSONResponse(_ack(collected).model_dump())
-        try:
-            await run.under_way
-        except BaseException:  # this request cancelled: stop the run, unlock
-            with anyio.CancelScope(shield=True):
-                await run.close()
-                await end_run(lock, None)
-            raise
-        return sse("submit_feedback", body.session_id, lock, batches)
+        return sse("submit_feedback", body.session_id, lock, run)
 
     @app.post(
         "/api/v1/reset_session",
@@ -510,7 +481,7 @@ def create_app(
         """Forget the session's conversation and any pending question (`!reset`)."""
         r = rt(request)
         structlog.contextvars.bind_contextvars(session_id=body.session_id)
-        lock = await acquire(r, body.session_id, read_checkpoint=False)
+        lock = await acquire(r, body.session_id)
         try:
             await r.checkpointer.adelete_thread(body.session_id)
         finally:

@@ -22,13 +22,9 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
     if not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
         return OfflineChatModel()
     from langchain_openai import ChatOpenAI
-    from openai import DefaultAsyncHttpxClient
-
-    from vagent_graph import upstream
-    from vagent_graph.openai_plain import PlainChatCompletions
 
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
-    chat = ChatOpenAI(
+    return ChatOpenAI(
         model=model_name(settings, agent),
         base_url=settings.OPENAI_BASE_URL,
         api_key=key,  # type: ignore[arg-type]
@@ -36,16 +32,7 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         streaming=True,
         stream_usage=True,
         timeout=settings.LLM_TIMEOUT_SECONDS,
-        max_retries=1,
-        # The SDK's default client (env proxies honoured), plus the hook that tells a run
-        # when its request has left (upstream.py). Without langchain-openai's TCP
-        # keep-alive socket options: LLM_TIMEOUT_SECONDS bounds a call to a dead peer.
-        http_async_client=DefaultAsyncHttpxClient(
-            timeout=settings.LLM_TIMEOUT_SECONDS, event_hooks={"request": [upstream.trace_request]}
-        ),
+        # The SDK's own retries: 408/409/429/5xx and connection errors, with backoff, only
+        # before a response arrives (a stream that fails midway is not retried).
+        max_retries=settings.LLM_MAX_RETRIES,
     )
-    # Same client, minus the SDK's per-request walk over every message (see openai_plain).
-    # Set after construction: validate_environment builds root_async_client only when no
-    # async_client is given, and ChatOpenAI does not validate assignments.
-    chat.async_client = PlainChatCompletions(chat.root_async_client)
-    return chat

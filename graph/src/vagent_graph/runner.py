@@ -2,14 +2,13 @@
 
 The run happens in its own asyncio Task feeding an Outbox (outbox.py). When the consumer goes
 away (client disconnect), the task is cancelled and awaited, which also cancels
-the upstream LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
+the LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +20,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, Interrupt, StreamMode
 
-from vagent_graph import locked_read, metrics, upstream
-from vagent_graph.locked_read import Prefetched
+from vagent_graph import metrics
 from vagent_graph.outbox import Outbox, Pacing
-from vagent_graph.session_lock import SessionLock
 from vagent_shared.events import (
     ErrorEvent,
     HitlRequest,
@@ -60,12 +57,9 @@ def text_of(message: BaseMessage) -> str:
 
 
 _END = object()
-#: At most this long (seconds) after it starts, a run counts as under way even if it has
-#: not sent its LLM request yet (a slow connect): its response, and so its keep-alives,
-#: must not wait longer for that.
-UNDER_WAY_AFTER = 1.0
-Gate = Callable[[], Awaitable[SessionLock]]
-Prelude = Callable[[SessionLock], Awaitable[None]]
+#: Runs before the graph, in the run's task (closing a stale question): a failure ends the
+#: run with an `error` event, not the request.
+Prelude = Callable[[], Awaitable[None]]
 
 
 @dataclass
@@ -167,18 +161,10 @@ def error_event_for(exc: BaseException) -> ErrorEvent:
 class Run:
     """One graph run in its own task, feeding an Outbox that `batches()` reads.
 
-    `gate` (taking the session lock) runs in a task of its own, and the caller awaits its
-    result (`await run.gate`) to decide between a stream and a refusal. The graph does not
-    wait for it to start: it prepares its run meanwhile, and only its checkpointer waits
-    (locked_read.hold_reads) until the gate is open and `prelude` (closing a stale
-    question) is done, then reads what the lock fetched with it. A failed prelude ends the
-    run with an `error` event like any other failure. `close()` (idempotent) cancels a run
-    nobody reads. `pacing` lets text chunks after the first wait for the next write, and
-    makes `batches()` yield an empty batch after a silence (outbox.py).
-
-    `under_way` resolves when the run's first LLM request has left (upstream.py), when it
-    has a first event, when it ends, or UNDER_WAY_AFTER seconds after it was started:
-    the moment to set up the HTTP response, whose CPU then overlaps the model's latency.
+    The caller holds the session's lock before it starts a run. `prelude` runs first, in
+    the run's task. `close()` (idempotent) cancels a run nobody reads, and with it the LLM
+    request. `pacing` lets text chunks after the first wait for the next write, and makes
+    `batches()` yield an empty batch after a silence (outbox.py).
     """
 
     def __init__(
@@ -188,48 +174,15 @@ class Run:
         config: RunnableConfig,
         run_timeout: float,
         *,
-        gate: Gate | None = None,
         prelude: Prelude | None = None,
         pacing: Pacing = Pacing(),
     ) -> None:
         self._outbox = Outbox(pacing.flush_interval, pacing.keepalive)
         self._mapper = EventMapper()
         self._closed = False
-        self._counted = False  # in ACTIVE_RUNS
-        self._lock: SessionLock | None = None
-        self.gate: asyncio.Future[SessionLock] = asyncio.get_running_loop().create_future()
-        # The gate's task first, so the lock request leaves before the graph's set-up runs;
-        # the graph's task reads the session only once the gate is open.
-        self._opening = (
-            None if gate is None else asyncio.create_task(self._open(gate, prelude), name="graph-gate")
-        )
-        loop = asyncio.get_running_loop()
-        self.under_way: asyncio.Future[None] = loop.create_future()
-        self._under_way_timer = loop.call_later(UNDER_WAY_AFTER, self._mark_under_way)
-        context = contextvars.copy_context()
-        context.run(upstream.notify_sent, self._mark_under_way)
-        if self._opening is not None:
-            context.run(locked_read.hold_reads, self._opening)
-        produce = self._produce(graph, graph_input, config, run_timeout)
-        self._task = asyncio.create_task(produce, name="graph-run", context=context)
-
-    async def _open(self, gate: Gate, prelude: Prelude | None) -> Prefetched | None:
-        """Take the lock, tell the caller, close a stale question: what the run's
-        checkpointer waits for. Returns the read that came with the lock."""
-        try:
-            lock = await gate()
-        except asyncio.CancelledError:
-            self.gate.cancel()
-            raise
-        except Exception as exc:
-            self.gate.set_exception(exc)
-            raise
-        self._lock = lock
-        self._open_gate()
-        self._count()  # a refused or cancelled gate is not a run
-        if prelude is not None:
-            await prelude(lock)  # reads (and so uses up) the prefetched checkpoint if it needs it
-        return lock.checkpoint
+        metrics.ACTIVE_RUNS.inc()
+        produce = self._produce(graph, graph_input, config, run_timeout, prelude)
+        self._task = asyncio.create_task(produce, name="graph-run")
 
     async def _produce(
         self,
@@ -237,13 +190,13 @@ class Run:
         graph_input: Any,
         config: RunnableConfig,
         run_timeout: float,
+        prelude: Prelude | None,
     ) -> None:
-        outbox, mapper, opening = self._outbox, self._mapper, self._opening
-        if opening is None:
-            self._count()
-        cancelled = False
+        outbox, mapper = self._outbox, self._mapper
         try:
             async with asyncio.timeout(run_timeout):
+                if prelude is not None:
+                    await prelude()
                 async for mode, payload in graph.astream(
                     graph_input, config, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
                 ):
@@ -251,30 +204,17 @@ class Run:
                     for ev in events:
                         outbox.put(ev)
                     if events:
-                        self._mark_under_way()
-                    if events:
-                        # Let the loop go round after each event: the first text reaches
-                        # the client before the next chunk is read, and, with many runs in
-                        # flight, a run does not work through all its buffered chunks while
-                        # the others wait for theirs (bench-graph c=20, alternating runs:
-                        # first-event p50 ratio 1.21x -> 1.17x on average, totals unchanged).
+                        # Let the reader write it before the next chunk is read (and, with
+                        # many runs in flight, the other runs have their turn).
                         await asyncio.sleep(0)
         except asyncio.CancelledError:
-            cancelled = True
             raise
         except Exception as exc:
-            if self._counted:  # else the gate refused: the caller answers that; no stream
-                log.exception("run_failed", error_type=type(exc).__name__)
-                mapper.failed = True
-                outbox.put(error_event_for(exc))
+            log.exception("run_failed", error_type=type(exc).__name__)
+            mapper.failed = True
+            outbox.put(error_event_for(exc))
         finally:
-            if opening is not None and not opening.done():
-                if cancelled:
-                    opening.cancel()
-                with anyio.CancelScope(shield=True):
-                    await asyncio.gather(opening, return_exceptions=True)
             outbox.put(_END)
-            self._mark_under_way()
 
     async def batches(self) -> AsyncGenerator[list[SSEEvent], None]:
         """Every event of the run, then the question or the final text (not `done`), in
@@ -294,44 +234,18 @@ class Run:
         finally:
             await self.close()
 
-    def _mark_under_way(self) -> None:
-        """Once: later calls (one per batch of events) return at once."""
-        if not self.under_way.done():
-            self._under_way_timer.cancel()
-            self.under_way.set_result(None)
-
-    def _open_gate(self) -> None:
-        if not self.gate.done() and self._lock is not None:  # else closed meanwhile
-            self.gate.set_result(self._lock)
-
-    def _count(self) -> None:
-        self._counted = True
-        metrics.ACTIVE_RUNS.inc()
-
-    @property
-    def gate_opened(self) -> bool:
-        """The gate let the run through (its result is what the caller must clean up)."""
-        return self.gate.done() and not self.gate.cancelled() and self.gate.exception() is None
-
     async def close(self) -> None:
         """Stop the run if it is still going (the client went away); safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        pending = [t for t in (self._task, self._opening) if t is not None and not t.done()]
-        if pending:
+        if not self._task.done():
             log.info("run_cancelled", reason="client went away")
-            for t in pending:
-                t.cancel()
+            self._task.cancel()
             with anyio.CancelScope(shield=True):
-                await asyncio.gather(*pending, return_exceptions=True)
-        self._open_gate()  # a lock taken just now is the caller's to release
-        if not self.gate.done():  # refused, or cancelled before the lock was taken
-            self.gate.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
         self._outbox.close()
-        self._mark_under_way()
-        if self._counted:  # after the task: its gate may have opened meanwhile
-            metrics.ACTIVE_RUNS.dec()
+        metrics.ACTIVE_RUNS.dec()
 
 
 async def stream_run(

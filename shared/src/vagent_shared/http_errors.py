@@ -8,6 +8,7 @@ from __future__ import annotations
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vagent_shared.wire import ErrorResponse
 
@@ -17,22 +18,25 @@ def api_error(status: int, code: str, message: str) -> HTTPException:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """422 with the first problem spelled out, and HTTPExceptions as ErrorResponse bodies."""
+    """422 with the first problem spelled out, and HTTPExceptions as ErrorResponse bodies:
+    also Starlette's own (FastAPI raises those for a body it cannot read, and for 404/405)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         details = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-        body = ErrorResponse(
-            error_code="invalid_request", message=f"{where}: {first['msg']}", details=details
-        )
+        message = f"{where}: {first['msg']}"
+        if exc.errors() and exc.errors()[0].get("type") == "json_invalid":  # loc: body, offset
+            message = f"body: {first['msg']} at character {where}"
+        body = ErrorResponse(error_code="invalid_request", message=message, details=details)
         return JSONResponse(body.model_dump(), status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.detail, dict):
             body = ErrorResponse(**exc.detail)
         else:
-            body = ErrorResponse(error_code=f"http_{exc.status_code}", message=str(exc.detail))
+            code = "bad_request" if exc.status_code == 400 else f"http_{exc.status_code}"
+            body = ErrorResponse(error_code=code, message=str(exc.detail))
         return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)

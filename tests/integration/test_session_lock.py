@@ -1,0 +1,61 @@
+"""The session lock (vagent_graph.session_lock) on a real Redis: one holder per session,
+each releases only its own lock, and taking it reads the pending-question hint."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.support.factories import new_session
+from vagent_graph.session_lock import SessionBusy, SessionLock
+from vagent_shared import redis_keys
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    r = Redis.from_url(redis_url)
+    yield r
+    await r.aclose()
+
+
+async def test_one_holder_per_session(redis: Redis) -> None:
+    sid, other = new_session().format(), new_session().format()
+    results = await asyncio.gather(
+        *(SessionLock.acquire(redis, sid, 60) for _ in range(10)), return_exceptions=True
+    )
+    locks = [r for r in results if isinstance(r, SessionLock)]
+    assert len(locks) == 1 and all(isinstance(r, SessionBusy) for r in results if r not in locks)
+    assert await redis.get(redis_keys.session_lock(sid)) == locks[0].token.encode()
+    assert 0 < await redis.pttl(redis_keys.session_lock(sid)) <= 60_000  # expires if never released
+    elsewhere = await SessionLock.acquire(redis, other, 60)  # other sessions are not blocked
+    await locks[0].release()
+    assert not await redis.exists(redis_keys.session_lock(sid))
+    again = await SessionLock.acquire(redis, sid, 60)  # free again once released
+    await again.release()
+    await elsewhere.release()
+
+
+async def test_a_lock_is_released_only_by_its_holder(redis: Redis) -> None:
+    sid = new_session().format()
+    expired = await SessionLock.acquire(redis, sid, 0.05)
+    await asyncio.sleep(0.1)  # its TTL ran out (a run that took too long)...
+    newer = await SessionLock.acquire(redis, sid, 60)  # ...and a newer run took the session
+    await expired.release()  # the late release leaves the newer run's lock alone
+    assert await redis.get(redis_keys.session_lock(sid)) == newer.token.encode()
+    await newer.release()
+    assert not await redis.exists(redis_keys.session_lock(sid))
+
+
+async def test_taking_the_lock_reads_the_question_hint(redis: Redis) -> None:
+    sid = new_session().format()
+    lock = await SessionLock.acquire(redis, sid, 60)
+    assert not lock.question_may_be_pending
+    await lock.release()
+    await redis.set(redis_keys.graph_question_pending(sid), "1", ex=60)
+    lock = await SessionLock.acquire(redis, sid, 60)
+    assert lock.question_may_be_pending
+    await lock.release()
+    await redis.delete(redis_keys.graph_question_pending(sid))
