@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support.factories import new_session
+from vagent_graph import session_lock
 from vagent_graph.session_lock import SessionBusy, SessionLock
 from vagent_shared import redis_keys
 
@@ -59,3 +60,36 @@ async def test_taking_the_lock_reads_the_question_hint(redis: Redis) -> None:
     assert lock.question_may_be_pending
     await lock.release()
     await redis.delete(redis_keys.graph_question_pending(sid))
+
+
+async def test_the_lock_is_a_renewed_lease(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held as long as the run goes on, but expiring soon after its holder is gone."""
+    monkeypatch.setattr(session_lock, "LEASE_SECONDS", 0.6)
+    monkeypatch.setattr(session_lock, "RENEW_EVERY_SECONDS", 0.2)
+    sid, dead = new_session().format(), new_session().format()
+    lock = await SessionLock.acquire(redis, sid, 600)
+    gone = await SessionLock.acquire(redis, dead, 600)
+    gone.stop_renewal()  # its holder died: nobody renews it
+    await asyncio.sleep(1.5)
+    assert await redis.exists(redis_keys.session_lock(sid))  # renewed past its lease
+    assert not await redis.exists(redis_keys.session_lock(dead))  # free again after the lease
+    again = await SessionLock.acquire(redis, dead, 600)
+    await again.release()
+    await lock.release()
+    assert lock._renewal is None and not await redis.exists(redis_keys.session_lock(sid))
+
+
+async def test_renewal_ends_when_the_lock_is_not_ours_and_never_outlives_the_bound(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_lock, "LEASE_SECONDS", 0.6)
+    monkeypatch.setattr(session_lock, "RENEW_EVERY_SECONDS", 0.1)
+    sid, bounded = new_session().format(), new_session().format()
+    lock = await SessionLock.acquire(redis, sid, 600)
+    await redis.delete(redis_keys.session_lock(sid))  # unlocked elsewhere (end_of_run)
+    assert lock._renewal is not None
+    await asyncio.wait_for(lock._renewal, 5)  # stops by itself
+    short = await SessionLock.acquire(redis, bounded, 1.0)
+    assert short._renewal is not None
+    await asyncio.wait_for(short._renewal, 5)
+    assert not await redis.exists(redis_keys.session_lock(bounded))  # gone after its 1 s bound

@@ -76,6 +76,7 @@ async def end_of_run(
 ) -> int:
     """Prune stale writes, set the question hint (None: leave it), unlock; one round trip.
     Returns how many write keys went."""
+    lock.stop_renewal()
     thread_id = lock.session_id
     keys = [
         checkpoint_key(saver, thread_id),

@@ -1,0 +1,92 @@
+"""Redis restarted with its append-only file between a question and its answer.
+
+The graph service keeps running: while Redis is away /health says so (503) and requests are
+refused with 503 redis_unavailable; once Redis is back (same port, same directory, the
+append-only file replayed) the answer resumes the parked run, the tool runs once.
+"""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from procutil import free_port, wait_until
+
+from redis_local import RedisServer
+from tests.support.factories import message_body, new_session
+from tests.support.graph_process import GraphProcess
+from tests.support.llm_server import ScriptedLLMServer
+from tests.support.sse import kinds, post_sse
+from vagent_shared.events import HitlRequest, TextFinal
+
+CUTOFF = "2020-01-01"
+#: `always`: every write is on disk before it is answered, so even kill -9 loses nothing.
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+def older(db: Path) -> int:
+    with sqlite3.connect(db) as c:
+        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
+
+
+@pytest.fixture
+def redis_aof(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path / "redis", extra_args=AOF).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["sigterm", "kill-9"])
+async def test_a_question_survives_a_redis_restart(
+    redis_aof: RedisServer, llm_server: ScriptedLLMServer, tmp_path: Path, crash: bool
+) -> None:
+    g = GraphProcess(redis_aof.url, tmp_path, llm_server.base_url).start()
+    db = tmp_path / "records.db"
+    try:
+        n = older(db)
+        sid = new_session()
+        llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
+        async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
+            events = await post_sse(c, "/api/v1/process_message", message_body(sid, "delete old"), g.headers)
+            assert kinds(events) == ["hitl_request", "done"]
+            q = events[0]
+            assert isinstance(q, HitlRequest)
+
+            assert redis_aof.proc is not None
+            if crash:
+                redis_aof.proc.send_signal(signal.SIGKILL)
+                redis_aof.proc.wait()
+                redis_aof.proc = None
+            else:
+                redis_aof.stop()  # SIGTERM: a clean shutdown
+            assert (await c.get("/health")).status_code == 503  # the outage is reported
+            start = time.monotonic()
+            refused = await c.post(
+                "/api/v1/process_message", json=message_body(new_session(), "hi"), headers=g.headers
+            )
+            print(f"\nRedis down: a new message is refused after {time.monotonic() - start:.2f}s")
+            assert refused.status_code == 503 and refused.json()["error_code"] == "redis_unavailable"
+
+            redis_aof.start()  # same port, same directory: the append-only file is replayed
+            assert wait_until(lambda: httpx.get(f"{g.url}/health").status_code == 200, 30)
+
+            llm_server.push_text("Deleted.")
+            events = await post_sse(
+                c,
+                "/api/v1/submit_feedback",
+                {"session_id": sid.format(), "response": "yes", "interrupt_id": q.interrupt_id},
+                g.headers,
+            )
+            assert kinds(events)[-2:] == ["text_final", "done"], events
+            assert events[-2] == TextFinal(content="Deleted.", is_final=True)
+            assert older(db) == 0 and n > 0
+            tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
+            assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]
+        assert g.proc is not None and g.proc.poll() is None  # the same process all along
+    finally:
+        g.stop()
