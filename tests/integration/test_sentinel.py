@@ -165,3 +165,46 @@ async def test_the_bots_redis_client_follows_the_master(
         assert await store.peek(sid) is None  # the consumption was not lost with the old master
     finally:
         await redis.aclose()
+
+
+async def test_what_requests_see_when_the_master_dies(
+    sentinel: SentinelSetup, llm_server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    """An unplanned failover (the master killed): requests are refused with 503
+    redis_unavailable until the sentinel (down-after-milliseconds 1000 here) has promoted
+    the replica, then work again without a restart of the service. Runs last in the module:
+    it leaves the set-up with one server."""
+    g = GraphProcess(sentinel.url, tmp_path, llm_server.base_url).start()
+    try:
+        sid = new_session()
+        llm_server.push_text("Noted.")
+        async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
+            events = await post_sse(c, "/api/v1/process_message", message_body(sid, "remember me"), g.headers)
+            assert kinds(events)[-2:] == ["text_final", "done"]
+            assert wait_until(sentinel.in_sync, 20)
+            old, new = sentinel.current()
+            probe, stop = Probe(), asyncio.Event()
+            probing = asyncio.create_task(probe.run(c, g.headers, stop))
+            await asyncio.sleep(0.3)
+            crash = time.monotonic()
+            assert old.proc is not None
+            old.proc.kill()
+            assert await asyncio.to_thread(wait_until, lambda: sentinel.master_port() == new.port, 60, 0.05)
+            promoted = time.monotonic() - crash
+            ok_again = await asyncio.to_thread(
+                wait_until, lambda: bool(probe.outcomes) and probe.outcomes[-1][1] == 200, 60, 0.05
+            )
+            await asyncio.sleep(0.5)
+            stop.set()
+            await probing
+            print(f"\nmaster killed: replica promoted after {promoted:.2f}s; {probe.report()}")
+            assert ok_again
+            assert {o[1] for o in probe.outcomes} <= {200, 503}  # refused plainly, never a crash
+
+            llm_server.push_text("Still here.")
+            events = await post_sse(c, "/api/v1/process_message", message_body(sid, "and now?"), g.headers)
+            assert events[-2] == TextFinal(content="Still here.", is_final=True)
+            said = [m["content"] for m in llm_server.requests[-1]["messages"] if m["role"] == "user"]
+            assert said == ["remember me", "and now?"]  # the history came through the failover
+    finally:
+        g.stop()
