@@ -49,11 +49,12 @@ class Users:
     bob: str  # operator too: has access, but must not answer alice's questions
     carol: str  # in the policy without agent access
     dave: str  # unknown to the provider
+    erin: str  # operator: the third person of the fault suite's busy rooms
 
 
 @pytest.fixture(scope="session")
 def users(synapse: SynapseServer) -> Users:
-    pw = {name: secrets.token_urlsafe(12) for name in ("vagent", "alice", "bob", "carol", "dave")}
+    pw = {name: secrets.token_urlsafe(12) for name in ("vagent", "alice", "bob", "carol", "dave", "erin")}
     ids = {name: synapse.register_user(name, p) for name, p in pw.items()}
     return Users(
         passwords={ids[n]: p for n, p in pw.items()},
@@ -62,6 +63,7 @@ def users(synapse: SynapseServer) -> Users:
         bob=ids["bob"],
         carol=ids["carol"],
         dave=ids["dave"],
+        erin=ids["erin"],
     )
 
 
@@ -147,7 +149,12 @@ class Stack:
             "superusers": [],
             "domains": {
                 DOMAIN: {
-                    "users": {u.alice: ["operator"], u.bob: ["operator"], u.carol: ["guest"]},
+                    "users": {
+                        u.alice: ["operator"],
+                        u.bob: ["operator"],
+                        u.carol: ["guest"],
+                        u.erin: ["operator"],
+                    },
                     "roles": ROLES,
                 }
             },

@@ -36,11 +36,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self, TypeAlias, cast
+from typing import Any, Literal, Self, TypeAlias, cast
 
 import uvicorn
 
 __all__ = [
+    "BrokenStream",
     "DefaultResponder",
     "ErrorResponse",
     "PlannedResponse",
@@ -126,9 +127,26 @@ class ErrorResponse:
     status: int = 500
     message: str = "scripted error"
     type: str = "server_error"
+    #: Sent as the ``Retry-After`` header (seconds) when set; the SDK waits that long to retry.
+    retry_after: float | None = None
 
 
-PlannedResponse: TypeAlias = TextResponse | ToolCallResponse | ErrorResponse
+@dataclass(frozen=True)
+class BrokenStream:
+    """A streamed text answer that fails after ``chunks_before`` of its word pieces: with a
+    ``data:`` line that is not JSON (``how="garbage"``), or by dropping the connection in the
+    middle of the response (``how="drop"``). Either way no ``[DONE]`` is sent."""
+
+    content: str
+    chunks_before: int = 2
+    how: Literal["garbage", "drop"] = "garbage"
+
+
+class _DropConnection(Exception):
+    """Raised inside the ASGI app to make uvicorn abort the response mid-body."""
+
+
+PlannedResponse: TypeAlias = TextResponse | ToolCallResponse | ErrorResponse | BrokenStream
 DefaultResponder: TypeAlias = Callable[[JSON], PlannedResponse]
 
 
@@ -403,9 +421,18 @@ class ScriptedLLMServer:
         """Script one assistant turn calling the given ``(name, arguments)`` tools."""
         self.push(ToolCallResponse(list(calls), content))
 
-    def push_error(self, status: int = 500, message: str = "scripted error") -> None:
-        """Script an HTTP error answer (mind the SDK's automatic retries)."""
-        self.push(ErrorResponse(status, message))
+    def push_error(
+        self, status: int = 500, message: str = "scripted error", retry_after: float | None = None
+    ) -> None:
+        """Script an HTTP error answer (mind the SDK's automatic retries); 429 is a rate limit."""
+        kind = "rate_limit_exceeded" if status == 429 else "server_error"
+        self.push(ErrorResponse(status, message, kind, retry_after))
+
+    def push_broken_stream(
+        self, content: str, chunks_before: int = 2, how: Literal["garbage", "drop"] = "garbage"
+    ) -> None:
+        """Script a stream that breaks off after ``chunks_before`` pieces of ``content``."""
+        self.push(BrokenStream(content, chunks_before, how))
 
     def set_default(self, fn: DefaultResponder | None) -> None:
         """Set the responder used when the script is empty; ``None`` restores ``"OK"``."""
@@ -547,24 +574,48 @@ class ScriptedLLMServer:
             send, 200, {"object": "list", "data": data, "model": request.get("model"), "usage": usage}
         )
 
-    async def _json(self, send: Send, status: int, body: Any) -> None:
+    async def _json(
+        self, send: Send, status: int, body: Any, extra_headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         """Send a complete JSON response."""
         payload = _dumps(body)
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(payload)).encode()),
             *self._conn_headers,
+            *(extra_headers or []),
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
-    async def _error_json(self, send: Send, status: int, message: str, kind: str) -> None:
+    async def _error_json(
+        self,
+        send: Send,
+        status: int,
+        message: str,
+        kind: str,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         """Send an error in the shape the openai SDK parses."""
         await self._json(
             send,
             status,
             {"error": {"message": message, "type": kind, "param": None, "code": None}},
+            headers,
         )
+
+    async def _broken_stream(self, send: Send, request: JSON, planned: BrokenStream) -> None:
+        """Stream the first pieces of an answer, then a non-JSON data line or an aborted body."""
+        model = str(request.get("model") or (self._models[0] if self._models else "test-model"))
+        head, pieces, _tail = self._events(request, _render(TextResponse(planned.content)), model, False)
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), *self._conn_headers]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for event in head + pieces[: planned.chunks_before]:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        self._count(completed=False)
+        if planned.how == "drop":
+            raise _DropConnection("scripted: connection dropped mid-stream")
+        await send({"type": "http.response.body", "body": b'data: {"id": "chatcmpl-broken", "cho\n\n'})
 
     async def _chat(self, receive: Receive, send: Send) -> None:
         """Handle one chat completion: record, pick the planned answer, reply."""
@@ -586,7 +637,13 @@ class ScriptedLLMServer:
         # A raising default responder propagates: uvicorn logs it and answers 500.
         planned = self._next_planned(request)
         if isinstance(planned, ErrorResponse):
-            await self._error_json(send, planned.status, planned.message, planned.type)
+            extra = (
+                [] if planned.retry_after is None else [(b"retry-after", f"{planned.retry_after:g}".encode())]
+            )
+            await self._error_json(send, planned.status, planned.message, planned.type, extra)
+            return
+        if isinstance(planned, BrokenStream):
+            await self._broken_stream(send, request, planned)
             return
         rendered = _render(planned)
         model = str(request.get("model") or (self._models[0] if self._models else "test-model"))

@@ -112,6 +112,7 @@ class VagentBot:
         resp = await self.client.get_displayname(self.me)
         self.display_name = getattr(resp, "displayname", None)
         self.client.add_response_callback(self.sync.on_sync, SyncResponse)  # type: ignore[arg-type]
+        self._spawn(self.sync.keep_leases())
         backoff = 1.0
         while not self._stopping.is_set():
             since = await self.sync.resume_token()
@@ -153,21 +154,40 @@ class VagentBot:
 
     # ---- per event -----------------------------------------------------------------------
     def _dispatch(self, room_id: str, event: Any) -> None:
-        """An event for the bot (`sync`: claimed, decrypted, not its own): route it, no I/O."""
+        """An event for the bot (`sync`: claimed, decrypted, not its own): route it, no I/O.
+        Whatever handles it tells `sync` when it is finished (`_handling`)."""
         src: dict[str, Any] = getattr(event, "source", {}) or {}
         etype = src.get("type")
+        event_id = str(src.get("event_id", ""))
         if etype == "m.reaction":
-            self._spawn(self.questions.on_reaction(room_id, src))
+            self._spawn(self._handling(event_id, self.questions.on_reaction(room_id, src)))
             return
         msg = parse_message(src, room_id)
         if msg is None:
+            self._spawn(self.sync.finished(event_id))
             return
         sid = session_for(msg)
         command = parse_command(self._quick_text(msg))
         if command is not None and command.name == "stop":
-            self._spawn(self._on_stop(msg, sid))
+            self._spawn(self._handling(event_id, self._on_stop(msg, sid)))
             return
-        self.workers.submit(sid.format(), lambda: self._handle_message(msg))
+        self.workers.submit(sid.format(), lambda: self._handling(event_id, self._handle_message(msg)))
+
+    async def _handling(self, event_id: str, work: Coroutine[Any, Any, Any]) -> None:
+        """Handle one event: its messages under transaction ids of its own (sent once even if
+        it is handled again), then finished. Cancelled by a shutdown it stays unfinished, and
+        the next bot takes it over; cancelled by `!stop` (or failed) it is finished."""
+        try:
+            with matrix.handling(event_id):
+                await work
+        except asyncio.CancelledError:
+            if not self._stopping.is_set():
+                await self.sync.finished(event_id)
+            raise
+        except Exception:
+            await self.sync.finished(event_id)
+            raise
+        await self.sync.finished(event_id)
 
     def _decide(
         self, msg: IncomingMessage, *, is_dm: bool, replied_to: str | None, in_thread: bool

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,33 @@ from vagent_shared.settings import BotSettings
 log = structlog.get_logger(__name__)
 
 CREDENTIALS_FILE = "credentials.json"
+
+#: While one incoming event is handled: its id (hashed) and how many messages were sent for it.
+_handling: ContextVar[tuple[str, list[int]] | None] = ContextVar("handling", default=None)
+
+
+@contextlib.contextmanager
+def handling(event_id: str) -> Iterator[None]:
+    """Messages sent for `event_id` in the block (tasks started in it included) get transaction
+    ids derived from it: `{hash}.0`, `{hash}.1`, ... A bot that handles the event again after a
+    crash sends them again under the same ids, and the homeserver answers a repeated transaction
+    id of the same device with the event it already created instead of a second message."""
+    digest = hashlib.sha256(event_id.encode()).hexdigest()[:32]
+    token = _handling.set((f"vagent.{digest}", [0]))
+    try:
+        yield
+    finally:
+        _handling.reset(token)
+
+
+def _next_txn_id() -> str | None:
+    """The next transaction id of the event being handled; None (nio picks one) otherwise."""
+    current = _handling.get()
+    if current is None:
+        return None
+    base, counter = current
+    counter[0] += 1
+    return f"{base}.{counter[0] - 1}"
 
 
 def sync_filter(timeline_limit: int) -> dict[str, Any]:
@@ -99,9 +130,11 @@ async def login(client: AsyncClient, settings: BotSettings) -> None:
 async def send(
     client: AsyncClient, room_id: str, content: dict[str, Any], *, attempts: int = 5
 ) -> str | None:
-    """Send, waiting out M_LIMIT_EXCEEDED (retry_after_ms) a few times; the event id or None."""
+    """A new message (never an edit: see `handling`), waiting out M_LIMIT_EXCEEDED
+    (retry_after_ms) a few times, under one transaction id; the event id or None."""
+    txn_id = _next_txn_id()
     for _ in range(attempts):
-        event_id, retry_after_ms = await try_send_once(client, room_id, content)
+        event_id, retry_after_ms = await try_send_once(client, room_id, content, txn_id=txn_id)
         if retry_after_ms is None:
             return event_id
         log.info("matrix_rate_limited", retry_after_s=retry_after_ms / 1000)
@@ -110,10 +143,12 @@ async def send(
 
 
 async def try_send_once(
-    client: AsyncClient, room_id: str, content: dict[str, Any]
+    client: AsyncClient, room_id: str, content: dict[str, Any], *, txn_id: str | None = None
 ) -> tuple[str | None, int | None]:
     """One attempt: (event id, None) or (None, retry_after_ms if rate limited else None)."""
-    resp = await client.room_send(room_id, "m.room.message", content, ignore_unverified_devices=True)
+    resp = await client.room_send(
+        room_id, "m.room.message", content, tx_id=txn_id, ignore_unverified_devices=True
+    )
     if isinstance(resp, RoomSendResponse):
         return str(resp.event_id), None
     if isinstance(resp, RoomSendError) and resp.status_code == "M_LIMIT_EXCEEDED":

@@ -41,6 +41,17 @@ def event_seen(event_id: str) -> str:
     return f"bot:event_seen:{event_id}"
 
 
+def events_unfinished(user_id: str) -> str:
+    """Sorted set of the events the bot `user_id` claimed but has not finished handling, scored
+    by when the claim's lease ends: a bot killed mid-answer leaves them to the next one."""
+    return f"bot:events_unfinished:{user_id}"
+
+
+def event_unfinished(event_id: str) -> str:
+    """The claimed event itself ({"room_id", "source"} JSON), for whoever takes its lease over."""
+    return f"bot:event_unfinished:{event_id}"
+
+
 def flood(user_id: str) -> str:
     """Sliding-window sorted set for per-user flood control."""
     return f"bot:flood:{user_id}"

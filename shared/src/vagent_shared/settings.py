@@ -134,6 +134,9 @@ class BotSettings(CommonSettings):
     EDIT_MAX_INTERVAL_SECONDS: float = Field(default=4.0, gt=0)
     EDIT_MAX_COUNT: int = Field(default=30, ge=1)
     EVENT_DEDUP_TTL_SECONDS: int = Field(default=7 * 24 * 3600, ge=60)
+    #: A claimed event is this bot's while it renews the lease (every third of it); a bot that
+    #: dies mid-answer leaves its unfinished events to the next bot once the lease runs out.
+    EVENT_LEASE_SECONDS: float = Field(default=15.0, ge=1)
     #: Events per room in one sync; more arrive as a `limited` sync and are backfilled.
     SYNC_TIMELINE_LIMIT: int = Field(default=100, ge=1, le=1000)
     BOT_HEALTH_HOST: str = "0.0.0.0"

@@ -1,0 +1,167 @@
+"""Faults, end to end: the bot killed again and again while people talk to it, the access
+control provider slow or down, the model endpoint failing before or during its stream.
+
+Everything is a real process on 127.0.0.1 (tests/e2e/conftest.py); every test is bounded by
+its own timeout. `make test` kills the bot over 100 messages; `make soak` (marker `soak`) runs
+the same scenario longer (SOAK_MESSAGES, 500 by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Login, Stack, echo_llm
+from tests.e2e.test_bot_e2e import tenant_room
+from tests.support.llm_server import ScriptedLLMServer, TextResponse
+from tests.support.matrix_human import HumanClient
+from tests.support.procs import ServiceProcess
+
+pytestmark = pytest.mark.e2e
+
+#: The lease of a claimed event: how long a killed bot's unfinished messages wait for the next one.
+LEASE_SECONDS = "3"
+
+
+@dataclass
+class Sent:
+    event_id: str
+    room_id: str
+    text: str
+
+
+@dataclass
+class SoakResult:
+    sent: list[Sent] = field(default_factory=list)
+    kills: int = 0
+    restart_seconds: list[float] = field(default_factory=list)
+    send_seconds: float = 0.0
+    settle_seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        restarts = sorted(self.restart_seconds)
+        return {
+            "messages": len(self.sent),
+            "kills": self.kills,
+            "restart_p50_s": round(restarts[len(restarts) // 2], 2) if restarts else None,
+            "restart_max_s": round(restarts[-1], 2) if restarts else None,
+            "sending_s": round(self.send_seconds, 1),
+            "all_answered_after_last_send_s": round(self.settle_seconds, 1),
+        }
+
+
+def streamed_echo(request: dict[str, Any]) -> TextResponse:
+    """The echo answer in 3 pieces 0.1 s apart, so a kill can land in the middle of an answer."""
+    return TextResponse(echo_llm(request).content, chunks=3, delay=0.1)
+
+
+async def killer(bot: ServiceProcess, rng: random.Random, stop: asyncio.Event, result: SoakResult) -> None:
+    """SIGKILL the bot every 1.5-4 s (seeded), start it again at once; leaves it running."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), rng.uniform(1.5, 4.0))
+        if stop.is_set():
+            return
+        bot.kill()
+        result.kills += 1
+        started = time.monotonic()
+        await asyncio.to_thread(bot.start)
+        result.restart_seconds.append(time.monotonic() - started)
+
+
+def replies_by_question(msgs: list[Any]) -> Counter[str | None]:
+    """How many messages (edits are not messages) the bot sent in reply to each event."""
+    return Counter(m.in_reply_to for m in msgs)
+
+
+async def answered(alice: HumanClient, stack: Stack, rooms: list[str]) -> list[Any]:
+    return [m for room in rooms for m in await alice.messages_from(stack.users.bot, room)]
+
+
+async def kill_soak(
+    stack: Stack, humans: Login, llm: ScriptedLLMServer, messages: int, seed: int
+) -> SoakResult:
+    """3 people, 2 group rooms, `messages` questions over time while the bot is killed at random
+    moments and restarted; returns once every question has a reply (or fails after 120 s)."""
+    u = stack.users
+    alice, bob, erin = [await humans(who) for who in (u.alice, u.bob, u.erin)]
+    llm.set_default(streamed_echo)
+    rng = random.Random(seed)
+    result = SoakResult()
+    stop = asyncio.Event()
+    env = {"EVENT_LEASE_SECONDS": LEASE_SECONDS}
+    with stack.another_bot("soakbot", **env) as bot:
+        rooms = [await tenant_room(alice, f"busy {i}", [u.bot, u.bob, u.erin]) for i in range(2)]
+        kills = asyncio.create_task(killer(bot, rng, stop, result))
+        began = time.monotonic()
+        try:
+            for i in range(messages):
+                human = (alice, bob, erin)[i % 3]
+                room = rooms[(i // 3) % 2]
+                text = f"q{i} from {human.user_id}"
+                result.sent.append(Sent(await human.send(room, f"!ai {text}"), room, text))
+                await asyncio.sleep(rng.uniform(0.1, 0.4))
+            result.send_seconds = time.monotonic() - began
+        finally:
+            stop.set()
+            await kills
+        last_send = time.monotonic()
+        wanted = {s.event_id for s in result.sent}
+        deadline = last_send + 120
+        while time.monotonic() < deadline:
+            if wanted <= set(replies_by_question(await answered(alice, stack, rooms))):
+                break
+            await asyncio.sleep(0.5)
+        result.settle_seconds = time.monotonic() - last_send
+        await asyncio.sleep(2 * float(LEASE_SECONDS) + 2)  # a late second answer would show by now
+        msgs = await answered(alice, stack, rooms)
+    replies = replies_by_question(msgs)
+    missing = [s.text for s in result.sent if replies[s.event_id] == 0]
+    twice = [s.text for s in result.sent if replies[s.event_id] > 1]
+    stray = [m.body for m in msgs if m.in_reply_to not in wanted]
+    assert not missing and not twice and not stray, (
+        f"unanswered: {missing}\nanswered more than once: {twice}\nstray: {stray}\n{result.summary()}"
+    )
+    print("fault soak:", json.dumps(result.summary()))
+    bodies = {m.in_reply_to: m.body for m in msgs}
+    assert [bodies[s.event_id] for s in result.sent] == [f"You said: {s.text}" for s in result.sent]
+    return result
+
+
+@pytest.fixture
+def main_bot_down(stack: Stack) -> Iterator[None]:
+    """The session's bot is stopped for the test (another process uses its device), then back."""
+    stack.main_bot.stop()
+    try:
+        yield
+    finally:
+        stack.main_bot.start()
+
+
+@pytest.mark.timeout(240)
+async def test_bot_killed_at_random_answers_every_message_exactly_once(
+    stack: Stack, humans: Login, llm: ScriptedLLMServer, main_bot_down: None
+) -> None:
+    result = await kill_soak(stack, humans, llm, messages=100, seed=14)
+    assert result.kills >= 5, result.summary()
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1800)
+async def test_soak_bot_killed_at_random(
+    stack: Stack, humans: Login, llm: ScriptedLLMServer, main_bot_down: None
+) -> None:
+    """`make soak`: the same with SOAK_MESSAGES (500) messages."""
+    messages = int(os.environ.get("SOAK_MESSAGES", "500"))
+    result = await kill_soak(stack, humans, llm, messages=messages, seed=messages)
+    assert result.kills >= messages // 20, result.summary()
