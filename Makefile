@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test unit lint typecheck pytest redis bench-graph bench-bot bench-rag lock clean
+.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,9 @@ typecheck: venv  ## mypy (strict) on the three packages
 
 pytest: venv  ## the test suite (unit, integration, end-to-end)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+soak: venv  ## fault soak: the bot SIGKILLed at random over SOAK_MESSAGES (500) messages; each answered once
+	$(BIN)/python -m pytest -m soak tests/e2e/test_faults_e2e.py -s $(PYTEST_ARGS)
 
 unit: venv  ## only the fast tests that need no server
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
