@@ -17,12 +17,14 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+import httpx
 import pytest
 
-from tests.e2e.conftest import Login, Stack, echo_llm
-from tests.e2e.test_bot_e2e import tenant_room
+from tests.e2e.conftest import Login, Stack, down, echo_llm
+from tests.e2e.test_bot_e2e import dm_with_bot, echoed, tenant_room
+from tests.support.http_standin import HttpStandIn
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.matrix_human import HumanClient
 from tests.support.procs import ServiceProcess
@@ -165,3 +167,136 @@ async def test_soak_bot_killed_at_random(
     messages = int(os.environ.get("SOAK_MESSAGES", "500"))
     result = await kill_soak(stack, humans, llm, messages=messages, seed=messages)
     assert result.kills >= messages // 20, result.summary()
+
+
+# ---- the access control provider slow or down ------------------------------------------------
+
+
+async def metric(bot: ServiceProcess, sample: str) -> float:
+    """One sample of the bot's /metrics (`name{labels}`), 0 when it has none yet."""
+    url = f"http://127.0.0.1:{bot.env['BOT_HEALTH_PORT']}/metrics"
+    text = (await asyncio.to_thread(httpx.get, url, timeout=10)).text
+    values = [float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(sample + " ")]
+    return values[0] if values else 0.0
+
+
+def acp_errors(bot: ServiceProcess, user: str, reason: str) -> list[dict[str, Any]]:
+    """The bot's error log lines saying the provider gave no answer about `user`."""
+    return [
+        r
+        for r in bot.log_records()
+        if r.get("event") == "acp_unavailable" and r.get("user_id") == user and r.get("reason") == reason
+    ]
+
+
+async def assert_silently_denied(
+    alice: HumanClient, stack: Stack, bot: ServiceProcess, room: str, llm: ScriptedLLMServer, **how: str
+) -> None:
+    """Alice asks while the provider cannot answer: no reply, no model call, one more failure
+    counted as `kind`, and one more error log line with `reason`."""
+    kind, reason = how["kind"], how["reason"]
+    sample = f'vagent_bot_acp_errors_total{{kind="{kind}"}}'
+    counted, logged = await metric(bot, sample), len(acp_errors(bot, stack.users.alice, reason))
+    await alice.send(room, "anyone there?")
+    await alice.assert_no_message_from(stack.users.bot, room, within=4)
+    assert not any("anyone there?" in str(r["messages"]) for r in llm.requests)
+    assert await metric(bot, sample) == counted + 1
+    lines = acp_errors(bot, stack.users.alice, reason)
+    assert len(lines) == logged + 1 and lines[-1]["level"] == "error", lines[-1:]
+
+
+@pytest.mark.timeout(120)
+async def test_provider_down_nobody_is_answered_counted_logged_back_without_restart(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    pid = stack.main_bot.proc.pid if stack.main_bot.proc else None
+    with down(stack.acp):
+        await assert_silently_denied(
+            alice, stack, stack.main_bot, room, llm, kind="transport", reason="provider_error"
+        )
+    await echoed(alice, stack, room, "back?")  # the provider is back: the next message is answered
+    assert stack.main_bot.proc is not None and stack.main_bot.proc.pid == pid  # without a restart
+
+
+@pytest.mark.timeout(120)
+async def test_provider_slower_than_its_timeout_nobody_is_answered_then_back(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer, main_bot_down: None
+) -> None:
+    timeout = 1.0
+    slow = asyncio.Event()
+
+    async def provider(method: str, path: str, body: Any) -> tuple[int, Any]:
+        """The real development provider, answering after 3x the bot's timeout while `slow`."""
+        if slow.is_set():
+            await asyncio.sleep(3 * timeout)
+        async with httpx.AsyncClient() as c:
+            r = await c.request(method, stack.acp_url + path, json=body)
+        return r.status_code, r.content
+
+    async with HttpStandIn(provider) as acp:
+        env = {"ACCESS_CONTROL_PROVIDER_URL": acp.url, "ACP_TIMEOUT_SECONDS": str(timeout)}
+        with stack.another_bot("slowacp", **env) as bot:
+            room = await dm_with_bot(alice, stack)
+            await echoed(alice, stack, room, "hello")
+            slow.set()
+            await assert_silently_denied(
+                alice, stack, bot, room, llm, kind="timeout", reason="provider_timeout"
+            )
+            slow.clear()
+            pid = bot.proc.pid if bot.proc else None
+            await echoed(alice, stack, room, "fast again?")
+            assert bot.proc is not None and bot.proc.pid == pid
+
+
+# ---- the model endpoint failing ------------------------------------------------------------------
+
+BUSY = "⚠️ The language model is busy right now. Please try again shortly."
+UNAVAILABLE = "⚠️ The language model is not available right now. Please try again later."
+BROKEN = "⚠️ Something went wrong while answering. Please try again."
+GRAPH_DOWN = "⚠️ I can't reach my reasoning service right now. Please try again in a moment."
+RETRIES = 2  # the stack's graph runs with the SDK's default LLM_MAX_RETRIES
+
+
+async def only_reply(alice: HumanClient, stack: Stack, room: str, question: str, body: str) -> None:
+    """The bot's one message in reply to `question` reads `body` (after a moment for a second)."""
+    await alice.wait_for_reply(stack.users.bot, room, lambda m: m.in_reply_to == question and m.body == body)
+    await asyncio.sleep(1)
+    replies = [m.body for m in await alice.messages_from(stack.users.bot, room) if m.in_reply_to == question]
+    assert replies == [body]
+
+
+@pytest.mark.timeout(120)
+async def test_model_failures_are_told_once_and_the_session_stays_usable(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    # a 429 with Retry-After before the stream: the SDK waits and retries, the user never knows
+    llm.push_error(429, "rate limited", retry_after=0.5)
+    asked = await alice.send(room, "busy?")
+    await only_reply(alice, stack, room, asked, "You said: busy?")
+    # refused more often than the SDK retries: one short message, no details
+    for status, told in ((429, BUSY), (500, UNAVAILABLE)):
+        for _ in range(RETRIES + 1):
+            llm.push_error(status, "boom: internal details", retry_after=0.1)
+        await only_reply(alice, stack, room, await alice.send(room, f"{status}?"), told)
+    # the graph unreachable: one short message too
+    with down(stack.graph):
+        await only_reply(alice, stack, room, await alice.send(room, "graph?"), GRAPH_DOWN)
+    asked = await alice.send(room, "third")
+    await only_reply(alice, stack, room, asked, "You said: third")
+
+
+@pytest.mark.parametrize(
+    ("how", "told"), [("garbage", BROKEN), ("drop", UNAVAILABLE)], ids=["garbage", "drop"]
+)
+@pytest.mark.timeout(120)
+async def test_a_stream_broken_midway_ends_the_answer_with_one_warning(
+    stack: Stack, alice: HumanClient, llm: ScriptedLLMServer, how: Literal["garbage", "drop"], told: str
+) -> None:
+    room = await dm_with_bot(alice, stack)
+    llm.push_broken_stream("Half an answer that never ends", chunks_before=3, how=how)
+    asked = await alice.send(room, "tell me")
+    await only_reply(alice, stack, room, asked, f"Half an answer\n\n{told}")  # one message, not retried
+    assert len(llm.requests) == 1
+    await only_reply(alice, stack, room, await alice.send(room, "again"), "You said: again")

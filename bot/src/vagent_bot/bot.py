@@ -405,8 +405,7 @@ class VagentBot:
             await answer.settle()
             await answer.notice("⏹️ Stopped.")
         except GraphError as exc:
-            await answer.settle()
-            await answer.notice(f"⚠️ {exc.user_message}")
+            await answer.fail(f"⚠️ {exc.user_message}")
         finally:
             metrics.ACTIVE_RUNS.dec()
             await answer.close()
@@ -440,8 +439,7 @@ class VagentBot:
                 await self.hitl.save(pending, ev.timeout_seconds or self.s.HITL_DEFAULT_TIMEOUT_SECONDS)
                 metrics.HITL.labels("asked").inc()
             elif isinstance(ev, ErrorEvent):
-                await answer.settle()
-                await answer.notice(f"⚠️ {ev.message}")
+                await answer.fail(f"⚠️ {ev.message}")
 
     # ---- invites -------------------------------------------------------------------------
     async def _on_invite(self, room_id: str, invite_state: list[Any]) -> None:
