@@ -96,7 +96,7 @@ async def test_one_session_runs_one_message_at_a_time_across_replicas(
     replicas: Replicas, llm_server: ScriptedLLMServer
 ) -> None:
     sid = new_session()
-    llm_server.push_text("first answer " * 5, delay=0.1)
+    llm_server.push_text("first answer " * 10, delay=0.3)  # long enough to overlap the second
     llm_server.push_text("later answer")
     async with replicas.client() as ca, replicas.client() as cb:
         answers = await asyncio.gather(

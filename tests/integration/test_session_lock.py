@@ -64,13 +64,13 @@ async def test_taking_the_lock_reads_the_question_hint(redis: Redis) -> None:
 
 async def test_the_lock_is_a_renewed_lease(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """Held as long as the run goes on, but expiring soon after its holder is gone."""
-    monkeypatch.setattr(session_lock, "LEASE_SECONDS", 0.6)
+    monkeypatch.setattr(session_lock, "LEASE_SECONDS", 1.0)
     monkeypatch.setattr(session_lock, "RENEW_EVERY_SECONDS", 0.2)
     sid, dead = new_session().format(), new_session().format()
     lock = await SessionLock.acquire(redis, sid, 600)
     gone = await SessionLock.acquire(redis, dead, 600)
     gone.stop_renewal()  # its holder died: nobody renews it
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(2.5)
     assert await redis.exists(redis_keys.session_lock(sid))  # renewed past its lease
     assert not await redis.exists(redis_keys.session_lock(dead))  # free again after the lease
     again = await SessionLock.acquire(redis, dead, 600)
