@@ -10,7 +10,9 @@ its pending questions across the switch.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,11 +20,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from procutil import wait_until
+import redis
+from procutil import free_port, wait_until
 
 from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.procs import BIN
 from tests.support.redis_sentinel import SentinelSetup
 from tests.support.sse import kinds, post_sse
 from vagent_bot.__main__ import redis_client
@@ -165,6 +169,32 @@ async def test_the_bots_redis_client_follows_the_master(
         assert await store.peek(sid) is None  # the consumption was not lost with the old master
     finally:
         await redis.aclose()
+
+
+def test_the_audit_cli_reads_through_the_sentinel(sentinel: SentinelSetup) -> None:
+    """`vagent-audit` with the same REDIS_URL; a bad one is named without its password."""
+    master, _ = sentinel.current()
+    with redis.Redis(port=master.port) as r:
+        r.xadd("audit:sentinel-test", {"not": "an event"})
+    env = {**os.environ, "REDIS_URL": sentinel.url, "AUDIT_STREAM": "audit:sentinel-test"}
+    ok = subprocess.run(
+        [str(BIN / "vagent-audit"), "export"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "skipped 1 stream entry" in ok.stderr
+
+    bad = {**env, "REDIS_URL": "redis+sentinel://:hunter2@127.0.0.1:notaport/vagentmaster"}
+    for cli in ("vagent-audit", "vagent-admin"):
+        args = ["export"] if cli == "vagent-audit" else ["forget", "@x:localhost"]
+        proc = subprocess.run([str(BIN / cli), *args], env=bad, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "REDIS_URL" in proc.stderr, proc.stderr
+        assert "hunter2" not in proc.stderr + proc.stdout
+    down = {**env, "REDIS_URL": f"redis+sentinel://:hunter2@127.0.0.1:{free_port()}/vagentmaster"}
+    proc = subprocess.run(
+        [str(BIN / "vagent-audit"), "export"], env=down, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and "cannot reach Redis at sentinel 127.0.0.1:" in proc.stderr, proc.stderr
+    assert "hunter2" not in proc.stderr
 
 
 async def test_what_requests_see_when_the_master_dies(
