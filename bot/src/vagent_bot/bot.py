@@ -207,14 +207,28 @@ class VagentBot:
         return self._decide(msg, is_dm=True, replied_to=None, in_thread=False).text
 
     # ---- per message -------------------------------------------------------------------
-    def _is_dm(self, room_id: str) -> bool:
+    async def _is_dm(self, room_id: str) -> bool:
+        """Two members at most. nio counts them from the sync's room summary; without one (the
+        first sync after a restart may carry none) it counts the members it knows, and with
+        lazy-loaded members that is only who has spoken: a group room would pass for a DM
+        (everything answered, no audience). Then the homeserver is asked for the members, once
+        (nio keeps them up to date from then on); if it cannot say, the room is no DM."""
         room = self.client.rooms.get(room_id)
-        return room is not None and room.member_count <= 2
+        if room is None:
+            return False
+        summary = room.summary
+        counted = summary is not None and None not in (
+            summary.joined_member_count,
+            summary.invited_member_count,
+        )
+        if not counted and not room.members_synced and await joined_members(self.client, room_id) is None:
+            return False
+        return bool(room.member_count <= 2)
 
     async def _handle_message(self, msg: IncomingMessage) -> None:
         sid = session_for(msg)
         structlog.contextvars.bind_contextvars(session_id=sid.format(), event_id=msg.event_id)
-        is_dm = self._is_dm(msg.room_id)
+        is_dm = await self._is_dm(msg.room_id)
         replied_to = None
         if msg.in_reply_to and not is_dm:
             replied_to = await self._sender_of(msg.room_id, msg.in_reply_to)
@@ -325,7 +339,7 @@ class VagentBot:
     async def _audience(self, room_id: str, sender: str) -> Audience | None:
         """Who else reads an answer to `sender` here, resolved afresh: None in a DM or with
         AUDIENCE_FILTER=off (returned at once, without I/O)."""
-        if not audience_applies(is_dm=self._is_dm(room_id), enabled=self.s.AUDIENCE_FILTER == "on"):
+        if not audience_applies(is_dm=await self._is_dm(room_id), enabled=self.s.AUDIENCE_FILTER == "on"):
             return None
         domain = await self.tenants.domain(room_id)
         if domain is None:
@@ -379,7 +393,7 @@ class VagentBot:
     async def _on_stop(self, msg: IncomingMessage, sid: SessionId) -> None:
         if await self._check_access(msg.room_id, msg.sender) is None:
             return
-        if not self.workers.stop(sid.format()) and self._is_dm(msg.room_id):
+        if not self.workers.stop(sid.format()) and await self._is_dm(msg.room_id):
             await self._answer_for(msg).notice("Nothing is running.")
 
     # ---- streaming -----------------------------------------------------------------------
@@ -405,7 +419,8 @@ class VagentBot:
             await answer.settle()
             await answer.notice("⏹️ Stopped.")
         except GraphError as exc:
-            await answer.fail(f"⚠️ {exc.user_message}")
+            await answer.settle()
+            await answer.notice(f"⚠️ {exc.user_message}")
         finally:
             metrics.ACTIVE_RUNS.dec()
             await answer.close()
@@ -439,7 +454,8 @@ class VagentBot:
                 await self.hitl.save(pending, ev.timeout_seconds or self.s.HITL_DEFAULT_TIMEOUT_SECONDS)
                 metrics.HITL.labels("asked").inc()
             elif isinstance(ev, ErrorEvent):
-                await answer.fail(f"⚠️ {ev.message}")
+                await answer.settle()
+                await answer.notice(f"⚠️ {ev.message}")
 
     # ---- invites -------------------------------------------------------------------------
     async def _on_invite(self, room_id: str, invite_state: list[Any]) -> None:

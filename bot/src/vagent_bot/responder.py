@@ -187,15 +187,6 @@ class Answer:
                 self.first_reply_at = time.monotonic()
         return event_id
 
-    async def fail(self, warning: str) -> None:
-        """The answer ends in an error: the warning closes the text streamed so far (one
-        message in the end), or is a message of its own when nothing was streamed."""
-        if self.text.strip():
-            await self.final(f"{self.text.rstrip()}\n\n{warning}")
-            return
-        await self.settle()
-        await self.notice(warning)
-
     async def settle(self) -> None:
         """Before a question or an error: show the text streamed so far as final."""
         if self.text:
