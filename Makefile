@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag lock clean
+.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,9 @@ bench-rag: venv  ## benchmark: ingestion chunks/s, filtered vs unfiltered search
 
 bench-bot: venv  ## benchmark: send -> first visible reply / final edit, vagent vs a minimal echo bot
 	$(BIN)/python bench/bench_bot.py $(BENCH_ARGS)
+
+bench-capacity: venv  ## benchmark: concurrent conversations one graph process carries behind a paced model; parked-question cost
+	$(BIN)/python bench/bench_capacity.py $(BENCH_ARGS)
 
 lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
 	@for f in dev graph bot; do \

@@ -1,0 +1,1126 @@
+#!/usr/bin/env python3
+"""Capacity of ONE graph process: how many concurrent conversations it carries behind a
+model paced like a hosted one, what each costs, and what a parked question costs.
+
+1. Ramp. One ``vagent-graph`` (one uvicorn worker) in front of a stand-in paced like a
+   hosted model (``bench/paced_llm.py``: first token after ``--ttft-ms``, then a chunk every
+   ``--chunk-ms``, ``--chunks`` chunks), clients in a process of their own using the bot's
+   GraphClient. Per step, ``N`` conversations run at once, each a real session: quick history
+   turns first, then ``--turns`` measured turns back to back; ``--tool-share``
+   of them ask for a tool each turn (a read-only ``database_query``: two model calls per
+   turn). Per step: the service's added first-token latency p50/p99 (client-observed time to
+   the first ``text_chunk`` minus the model's own scheduled time), completion rate, errors,
+   graph CPU seconds per conversation/turn/model chunk, RSS. The ramp stops for a variant
+   after a step with errors or an added p99 far beyond the target.
+2. Baseline. With ``--baseline-ref REF``, REF's graph service runs from a temporary git
+   worktree (PYTHONPATH wins over the venv's editable installs; checked), same venv,
+   stand-in, Redis and client; the two variants alternate step by step.
+3. Parking. ``--park`` sessions each left at a pending confirmation (``delete_records``) on a
+   dedicated Redis: Redis bytes per parked session, the graph's RSS before and after, and a
+   sample answered afterwards to show they resume.
+
+    .venv/bin/python bench/bench_capacity.py                 # or: make bench-capacity
+    .venv/bin/python bench/bench_capacity.py --baseline-ref 7ba0554
+    .venv/bin/python bench/bench_capacity.py --quick         # seconds, for smoke tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+for _p in (ROOT, ROOT / "scripts"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from bench.common import (  # noqa: E402
+    INTERRUPTED,
+    BenchError,
+    default_results_path,
+    fork_child,
+    machine_info,
+    make_results,
+    print_log_tail,
+    print_machine,
+    run_main,
+    stop_child,
+    summary,
+)
+from bench.paced_llm import TOOL_ARG_PIECES  # noqa: E402
+from redis_local import RedisServer, free_port  # noqa: E402
+from tests.support.factories import ac, message_body, new_session  # noqa: E402
+from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
+from vagent_bot.graph_client import GraphClient  # noqa: E402
+from vagent_shared.events import Done, ErrorEvent, HitlRequest, TextChunk, TextFinal  # noqa: E402
+from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest  # noqa: E402
+
+#: The issue's targets (on 2 cores): 1000 concurrent conversations, 0 errors, added p99 <= 100 ms.
+P99_TARGET_MS = 100.0
+#: A variant's ramp stops after a step whose added p99 exceeds this many times the target.
+STOP_FACTOR = 10.0
+#: Quick (unpaced) turns before a conversation's measured turns: the session has history.
+HISTORY_TURNS = 2
+#: A measured turn that takes longer than this counts as an error (timeout).
+TURN_TIMEOUT_S = 120.0
+PARK_TEXT = "[park] delete the old records"
+CONTROL_TEXT = "[quick] a question answered at once"
+#: Conversations parking at once, and how many are parked before the "before" RSS reading.
+PARK_CONCURRENCY = 50
+PARK_WARMUP = 300
+RESUME_SAMPLE = 20
+DEFAULTS: dict[str, Any] = {
+    "steps": "10,25,50,100,200,500,1000",
+    "ttft_ms": 300.0,
+    "chunk_ms": 25.0,
+    "chunks": 120,
+    "tool_share": 0.25,
+    "park": 10_000,
+    "turns": 4,
+}
+QUICK: dict[str, Any] = {
+    **DEFAULTS,
+    "steps": "5,10",
+    "park": 20,
+    "turns": 2,
+    "ttft_ms": 100.0,
+    "chunk_ms": 10.0,
+    "chunks": 20,
+}
+VERSIONS_OF = ("langgraph", "langgraph-checkpoint-redis", "langchain-openai", "fastapi", "uvicorn", "aiohttp")
+USER_AC = ac()
+
+
+# ---------------------------------------------------------------------------- one turn
+
+
+@dataclass
+class Turn:
+    """One measured turn as the client saw it (seconds from its POST)."""
+
+    conv: int
+    tool: bool
+    start: float
+    first: float = math.nan
+    end: float = math.nan
+    chunks: int = 0
+    error: str = ""
+
+
+def request_for(conv: int, session: Any, text: str) -> ProcessMessageRequest:
+    body = message_body(session, text, USER_AC)
+    return ProcessMessageRequest.model_validate(body)
+
+
+async def one_turn(client: GraphClient, req: ProcessMessageRequest, turn: Turn, loop_start: float) -> None:
+    """POST one message, read the stream to `done`; fill `turn` (times relative to its start)."""
+    t0 = time.perf_counter()
+    turn.start = t0 - loop_start
+    try:
+        async with asyncio.timeout(TURN_TIMEOUT_S):
+            async for ev in client.process_message(req):
+                if isinstance(ev, TextChunk):
+                    turn.chunks += 1
+                    if math.isnan(turn.first):
+                        turn.first = time.perf_counter() - t0
+                elif isinstance(ev, ErrorEvent):
+                    turn.error = f"error event: {ev.message}"[:200]
+                elif isinstance(ev, Done):
+                    turn.end = time.perf_counter() - t0
+    except Exception as exc:  # counted, never fatal: the report says how many and which
+        turn.error = f"{type(exc).__name__}: {exc}"[:200]
+    if not turn.error and (math.isnan(turn.end) or math.isnan(turn.first)):
+        turn.error = "stream ended without text or without done"
+
+
+# ----------------------------------------------------------------- the client process
+
+
+@dataclass
+class StepJob:
+    url: str
+    conversations: int
+    tool_share: float
+    turns: int
+    turn_seconds: float
+    seed: int
+
+
+@dataclass
+class StepOutcome:
+    """What the client process measured in one step."""
+
+    turns: list[Turn]
+    windowed: list[Turn]
+    history_errors: list[str]
+    history_turns: int
+    window_start: float
+    window_end: float
+    wall: float
+    client_cpu_s: float
+    loop_lag_ms: dict[str, float]
+
+
+@contextlib.asynccontextmanager
+async def graph_client(url: str) -> AsyncIterator[GraphClient]:
+    """The bot's GraphClient over a session without its 100-connection cap: here one
+    client process plays every user at once, where the bot's own pool would queue them."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=None, connect=30, sock_read=TURN_TIMEOUT_S),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    try:
+        yield GraphClient(url, TOKEN, session=session)
+    finally:
+        await session.close()
+
+
+async def run_step(job: StepJob) -> StepOutcome:
+    """`job.conversations` conversations at once: each starts at a random moment within one
+    turn's time (a smooth arrival, not a burst), makes its history turns, then `job.turns`
+    measured turns back to back. The steady window runs from the moment the last
+    conversation starts measuring to the moment the first one is done: only turns that
+    START inside it are in the latency figures (all N conversations were in flight)."""
+    async with graph_client(job.url) as client:
+        return await _run_step(job, client)
+
+
+async def _run_step(job: StepJob, client: GraphClient) -> StepOutcome:
+    rng = random.Random(job.seed)
+    loop_start = time.perf_counter()
+    cpu0 = sum(os.times()[:2])
+    turns: list[Turn] = []
+    history_errors: list[str] = []
+    history_count = 0
+    n = job.conversations
+    started_measuring = 0
+    window: dict[str, float] = {}
+    lags: list[float] = []
+    stop_lag = asyncio.Event()
+
+    async def lag_probe() -> None:
+        while not stop_lag.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.05)
+            lags.append((time.perf_counter() - t - 0.05) * 1000)
+
+    async def conversation(i: int) -> None:
+        nonlocal history_count, started_measuring
+        tool = int((i + 1) * job.tool_share) > int(i * job.tool_share)  # spread evenly
+        await asyncio.sleep(rng.uniform(0, job.turn_seconds))
+        session = new_session(user=f"@cap{i}:localhost")
+        for h in range(HISTORY_TURNS):
+            t = Turn(i, False, 0.0)
+            await one_turn(client, request_for(i, session, f"[quick] history question {h}"), t, loop_start)
+            history_count += 1
+            if t.error:
+                history_errors.append(t.error)
+                break
+        started_measuring += 1
+        if started_measuring == n:
+            window["start"] = time.perf_counter() - loop_start
+        for k in range(1, job.turns + 1):
+            text = f"{'[tool] ' if tool else ''}How are the orders going? ({k})"
+            t = Turn(i, tool, 0.0)
+            await one_turn(client, request_for(i, session, text), t, loop_start)
+            turns.append(t)
+            if t.error:
+                return
+        window.setdefault("end", time.perf_counter() - loop_start)
+
+    probe = asyncio.create_task(lag_probe())
+    try:
+        await asyncio.gather(*(conversation(i) for i in range(n)))
+    finally:
+        stop_lag.set()
+        await probe
+    wall = time.perf_counter() - loop_start
+    ws, we = window.get("start", wall), window.get("end", wall)
+    lag = summary(lags)
+    return StepOutcome(
+        turns=turns,
+        windowed=[t for t in turns if ws <= t.start < we],
+        history_errors=history_errors,
+        history_turns=history_count,
+        window_start=ws,
+        window_end=we,
+        wall=wall,
+        client_cpu_s=sum(os.times()[:2]) - cpu0,
+        loop_lag_ms={"p50": lag["p50"], "p99": lag["p99"], "max": lag["max"]},
+    )
+
+
+@dataclass
+class ParkJob:
+    url: str
+    sessions: int
+    warmup: int
+    resume_sample: int
+    #: "[park] ...": each session ends at a pending confirmation; "[quick] ...": the control,
+    #: an ordinary finished one-turn session (nothing pending)
+    text: str = PARK_TEXT
+
+
+async def park_sessions(conn: Connection, job: ParkJob) -> dict[str, Any]:
+    """Park `job.sessions` sessions at a pending confirmation, PARK_CONCURRENCY at a time;
+    after the first `job.warmup` tell the parent (it reads RSS/Redis), then after all; then
+    answer a sample "yes" and check that the run resumes to a final answer."""
+    async with graph_client(job.url) as client:
+        return await _park_sessions(conn, job, client)
+
+
+async def _park_sessions(conn: Connection, job: ParkJob, client: GraphClient) -> dict[str, Any]:
+    errors: list[str] = []
+    parked: list[tuple[str, str]] = []  # session id, interrupt id
+    todo = iter(range(job.sessions))
+
+    async def park_one(i: int) -> None:
+        session = new_session(user=f"@park{i}:localhost")
+        hitl: HitlRequest | None = None
+        done = False
+        try:
+            async for ev in client.process_message(request_for(i, session, job.text)):
+                if isinstance(ev, HitlRequest):
+                    hitl = ev
+                elif isinstance(ev, Done):
+                    done = True
+                elif isinstance(ev, ErrorEvent):
+                    errors.append(ev.message[:200])
+                    return
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            return
+        if job.text == PARK_TEXT and hitl is None:
+            errors.append("no hitl_request")
+        elif job.text != PARK_TEXT and (hitl is not None or not done):
+            errors.append("no done, or an unexpected question")
+        else:
+            parked.append((session.format(), hitl.interrupt_id if hitl else ""))
+
+    async def worker(limit: int) -> None:
+        for i in todo:
+            if i >= limit:
+                return
+            await park_one(i)
+
+    t0 = time.perf_counter()
+    # phase 1: the warm-up sessions; phase 2: the rest
+    await asyncio.gather(*(worker(job.warmup) for _ in range(PARK_CONCURRENCY)))
+    todo = iter(range(job.warmup, job.sessions))
+    conn.send(("warm", len(parked), list(errors)))
+    await asyncio.to_thread(conn.recv)  # the parent has read its numbers
+    await asyncio.gather(*(worker(job.sessions) for _ in range(PARK_CONCURRENCY)))
+    park_seconds = time.perf_counter() - t0
+    conn.send(("parked", len(parked), list(errors)))
+    await asyncio.to_thread(conn.recv)
+    resumed, resume_errors = 0, []
+    for sid, iid in parked[: job.resume_sample]:
+        final = False
+        try:
+            req = FeedbackRequest(session_id=sid, response="yes", interrupt_id=iid, ac_context=USER_AC)
+            async for ev in client.submit_feedback(req):
+                if isinstance(ev, TextFinal):
+                    final = True
+                elif isinstance(ev, ErrorEvent):
+                    resume_errors.append(ev.message[:200])
+        except Exception as exc:
+            resume_errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        resumed += final
+    return {
+        "parked": len(parked),
+        "errors": errors[:20],
+        "error_count": len(errors),
+        "park_seconds": park_seconds,
+        "resume_tried": min(job.resume_sample, len(parked)),
+        "resumed": resumed,
+        "resume_errors": resume_errors[:5],
+        "sample_session_ids": [sid for sid, _ in parked[-200:]],
+    }
+
+
+def _serve_client(conn: Connection) -> None:
+    """Child process: run the step or parking jobs the parent sends until it says stop."""
+    try:
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:  # pragma: no cover
+        loop = asyncio.new_event_loop()
+    try:
+        while (job := conn.recv()) is not None:
+            try:
+                if isinstance(job, StepJob):
+                    conn.send(loop.run_until_complete(run_step(job)))
+                else:
+                    conn.send(("result", loop.run_until_complete(park_sessions(conn, job))))
+            except Exception as exc:  # the parent raises it
+                conn.send(BenchError(f"client: {type(exc).__name__}: {exc}"))
+    except (EOFError, OSError):
+        pass
+    finally:
+        loop.close()
+
+
+class ClientProcess:
+    """The clients, in a process of their own (fork before any thread exists)."""
+
+    def __init__(self) -> None:
+        self.conn, self.proc = fork_child(_serve_client, "capacity-clients")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc.pid is not None
+        return self.proc.pid
+
+    def recv(self, timeout: float) -> Any:
+        if not self.conn.poll(timeout):
+            raise BenchError(f"the client process did not answer within {timeout:.0f} s")
+        try:
+            result = self.conn.recv()
+        except EOFError:
+            raise BenchError(f"the client process exited (code {self.proc.exitcode})") from None
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def stop(self) -> None:
+        stop_child(self.conn, self.proc, None, 10)
+
+
+# ------------------------------------------------------------------- /proc readings
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    """VmRSS of `pid` in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def _children() -> list[int]:
+    me, out = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
+                    out.append(int(entry.name))
+    return out
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), cpus)
+
+
+def place(placement: str, graph_pids: Sequence[int]) -> str:
+    """split: the graph processes on the first CPU, everything else (this process, the
+    clients, the stand-in, Redis) on the others, so the measured process never shares
+    its core with the load it is measured under. kernel: no pinning."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if placement == "kernel" or len(cpus) < 2:
+        return "left to the kernel" + ("" if placement == "kernel" else " (fewer than 2 usable CPUs)")
+    graph, rest = {cpus[0]}, set(cpus[1:])
+    try:
+        os.sched_setaffinity(0, rest)
+    except OSError as exc:
+        return f"left to the kernel (pinning refused: {exc})"
+    for pid in _children():
+        _pin(pid, graph if pid in graph_pids else rest)
+    others = ",".join(map(str, cpus[1:]))
+    return f"split: graph on CPU {cpus[0]}; clients, stand-in, Redis and the bench on CPU {others}"
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@contextlib.contextmanager
+def paced_standin(ttft_ms: float, chunk_ms: float, chunks: int) -> Iterator[tuple[str, int]]:
+    """bench/paced_llm.py in its own process: (base URL, pid)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "paced_llm.py"),
+            "--ttft-ms",
+            str(ttft_ms),
+            "--chunk-ms",
+            str(chunk_ms),
+            "--chunks",
+            str(chunks),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("PORT "):
+            raise BenchError(f"the paced stand-in did not start: {line}{proc.stdout.read()[-2000:]}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def standin_stats(llm_url: str, reset: bool = True) -> dict[str, Any]:
+    base = llm_url.removesuffix("/v1")
+    r = httpx.get(f"{base}/stats" + ("?reset=1" if reset else ""), timeout=10)
+    return r.json()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def baseline_worktree(ref: str) -> Iterator[tuple[Path, str]]:
+    """A detached git worktree of `ref` under .data/ (git-ignored), removed at the end."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True
+    )
+    if commit.returncode != 0:
+        raise BenchError(f"--baseline-ref {ref!r} is not a commit: {commit.stderr.strip()}")
+    sha = commit.stdout.strip()
+    base = ROOT / ".data" / "bench-worktrees"
+    base.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{sha[:10]}-", dir=base))
+    path.rmdir()
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(path), sha], cwd=ROOT, check=True)
+    try:
+        yield path, sha
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
+        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=False)
+
+
+def imported_from(env: dict[str, str]) -> str:
+    """Where the service's interpreter, in `env`, imports vagent_graph from."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import vagent_graph, vagent_shared; print(vagent_graph.__file__); print(vagent_shared.__file__)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return out.stdout.strip()
+
+
+def git_state() -> str:
+    """HEAD, and whether the service's code differs from it (the working tree runs)."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "graph/src", "shared/src"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    changed = len(dirty.stdout.splitlines())
+    return head.stdout.strip() + (
+        f" + {changed} uncommitted changes in graph/src, shared/src" if changed else ""
+    )
+
+
+def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
+    server = RedisServer(free_port(), data_dir)
+    stack.callback(server.stop)
+    return server.start()
+
+
+# ----------------------------------------------------------------------- the ramp
+
+
+@dataclass
+class Variant:
+    name: str
+    service: GraphProcess
+    code: str
+    stopped: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        assert self.service.proc is not None
+        return self.service.proc.pid
+
+
+@dataclass
+class Config:
+    steps: list[int]
+    ttft_ms: float
+    chunk_ms: float
+    chunks: int
+    tool_share: float
+    park: int
+    turns: int
+    baseline_ref: str | None
+    quick: bool
+    placement: str
+    log_level: str
+    json_path: Path
+    graph_cpu: int = 0
+
+    @property
+    def text_model_s(self) -> float:
+        """The model's own time to the first text of a plain turn."""
+        return self.ttft_ms / 1000
+
+    @property
+    def tool_model_s(self) -> float:
+        """...of a tool turn: the tool call (TTFT + its argument pieces), then TTFT again."""
+        return (2 * self.ttft_ms + TOOL_ARG_PIECES * self.chunk_ms) / 1000
+
+    @property
+    def turn_s(self) -> float:
+        """The model's own time for a whole plain turn."""
+        return (self.ttft_ms + (self.chunks - 1) * self.chunk_ms) / 1000
+
+
+def cpu_busy(cpu: int) -> float:
+    """Seconds CPU `cpu` was busy (all processes), from /proc/stat."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            v = [int(x) for x in line.split()[1:]]
+            return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+    return math.nan
+
+
+def measure_step(
+    cfg: Config, v: Variant, n: int, client: ClientProcess, llm_url: str, seed: int
+) -> dict[str, Any]:
+    """One step of one variant; the row printed and stored."""
+    standin_stats(llm_url, reset=True)
+    gcpu = cfg.graph_cpu
+    cpu0, ccpu0, busy0, t0 = cpu_seconds(v.pid), cpu_seconds(client.pid), cpu_busy(gcpu), time.perf_counter()
+    client.conn.send(StepJob(v.service.url, n, cfg.tool_share, cfg.turns, cfg.turn_s, seed))
+    out: StepOutcome = client.recv((cfg.turns + HISTORY_TURNS + 1) * (TURN_TIMEOUT_S + 5) + 60)
+    cpu = cpu_seconds(v.pid) - cpu0
+    wall = time.perf_counter() - t0
+    others = cpu_busy(gcpu) - busy0 - cpu  # other processes on the graph's CPU (split placement)
+    sstats = standin_stats(llm_url, reset=True)
+    ok = [t for t in out.windowed if not t.error]
+    added = [(t.first - (cfg.tool_model_s if t.tool else cfg.text_model_s)) * 1000 for t in ok]
+    added_tool = [(t.first - cfg.tool_model_s) * 1000 for t in ok if t.tool]
+    errors = [t.error for t in out.turns if t.error] + out.history_errors
+    completed = sum(1 for t in out.turns if not t.error)
+    # the model's chunks the graph relayed in the step: every turn's text, plus the tool calls
+    all_turns = out.history_turns + len(out.turns)
+    model_chunks = all_turns * cfg.chunks + sum(1 for t in out.turns if t.tool) * (1 + TOOL_ARG_PIECES)
+    window = out.window_end - out.window_start
+    return {
+        "variant": v.name,
+        "conversations": n,
+        "turns_expected": n * cfg.turns,
+        "turns_completed": completed,
+        "completion_rate": completed / (n * cfg.turns),
+        "errors": len(errors),
+        "error_samples": sorted(set(errors))[:5],
+        "windowed_turns": len(out.windowed),
+        "added_first_ms": summary(added),
+        "added_first_tool_ms": summary(added_tool),
+        "turn_total_ms": summary([t.end * 1000 for t in ok]),
+        "graph_cpu_s": cpu,
+        "graph_cpu_share": cpu / wall if wall else math.nan,
+        "others_on_graph_cpu_share": max(0.0, others / wall)
+        if wall and cfg.placement == "split"
+        else math.nan,
+        "cpu_s_per_conversation": cpu / n,
+        "cpu_ms_per_turn": cpu / all_turns * 1000 if all_turns else math.nan,
+        "cpu_us_per_model_chunk": cpu / model_chunks * 1e6 if model_chunks else math.nan,
+        "turns_all": all_turns,
+        "rss_mb": rss_mb(v.pid),
+        "wall_s": wall,
+        "window_s": window,
+        "turns_per_s_in_window": len(ok) / window if window > 0 else math.nan,
+        "client_cpu_share": (cpu_seconds(client.pid) - ccpu0) / wall if wall else math.nan,
+        "client_loop_lag_ms": out.loop_lag_ms,
+        "standin": sstats,
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def print_row(r: dict[str, Any]) -> None:
+    a = r["added_first_ms"]
+    done = f"{r['turns_completed']}/{r['turns_expected']}"
+    print(
+        f"   {r['variant']:<9}{r['conversations']:>5}{done:>11}"
+        f"{100 * r['completion_rate']:>6.0f}%{r['errors']:>4}"
+        f"{a['p50']:>8.1f}{a['p99']:>8.1f}{r['cpu_s_per_conversation']:>8.3f}{r['cpu_ms_per_turn']:>7.1f}"
+        f"{r['cpu_us_per_model_chunk']:>6.0f}{100 * r['graph_cpu_share']:>5.0f}%"
+        f"{100 * r['others_on_graph_cpu_share']:>5.0f}%"
+        f"{r['rss_mb']:>6.0f}{r['standin']['first_chunk_late_ms']['p99']:>6.1f}{r['client_loop_lag_ms']['p99']:>6.1f}"
+        f"{100 * r['client_cpu_share']:>5.0f}%{r['loadavg'][0]:>6.2f}",
+        flush=True,
+    )
+    if r["error_samples"]:
+        print(f"      errors: {r['error_samples']}")
+
+
+TABLE_HEAD = (
+    f"   {'variant':<9}{'conv':>5}{'turns done':>11}{'rate':>7}{'err':>4}{'add p50':>8}{'add p99':>8}"
+    f"{'cpu s/c':>8}{'ms/trn':>7}{'us/ch':>6}{'graph':>6}{'other':>6}"
+    f"{'RSS':>6}{'llm':>6}{'cl':>6}{'cl':>6}{'load':>6}\n"
+    f"   {'':<9}{'':>5}{'':>11}{'':>7}{'':>4}{'ms':>8}{'ms':>8}"
+    f"{'':>8}{'':>7}{'':>6}{'cpu':>6}{'cpu':>6}{'MiB':>6}{'lag':>6}{'lag':>6}{'cpu':>6}{'1 min':>6}"
+)
+
+
+def print_error_logs(service: GraphProcess, limit: int = 3) -> None:
+    """The service's distinct error log records (by event), so an error count explains itself."""
+    seen: dict[str, dict[str, Any]] = {}
+    with contextlib.suppress(OSError, ValueError):
+        for rec in service.log_records():
+            if rec.get("level") in ("error", "critical", "exception"):
+                seen.setdefault(str(rec.get("event")), rec)
+    for event, rec in list(seen.items())[:limit]:
+        detail = {k: v for k, v in rec.items() if k not in ("event", "timestamp", "level")}
+        print(f"      service log: {event} {str(detail)[:400]}")
+
+
+def sustains(r: dict[str, Any]) -> bool:
+    return bool(r["errors"] == 0 and r["turns_completed"] > 0 and r["added_first_ms"]["p99"] <= P99_TARGET_MS)
+
+
+def ramp(cfg: Config, variants: list[Variant], client: ClientProcess, llm_url: str) -> None:
+    print("\n1) Ramp: concurrent conversations, milliseconds added to the model's own first token")
+    print(
+        f"   model: first token {cfg.ttft_ms:.0f} ms, then {cfg.chunks} chunks {cfg.chunk_ms:.0f} ms apart "
+        f"({cfg.turn_s:.2f} s a turn); {100 * cfg.tool_share:.0f}% of conversations call a tool each turn; "
+        f"each conversation {HISTORY_TURNS} quick history turns, then {cfg.turns} measured turns"
+    )
+    warm = min(10, cfg.steps[0])
+    for v in variants:  # unmeasured: imports, caches, pooled connections of a fresh process
+        client.conn.send(StepJob(v.service.url, warm, cfg.tool_share, 1, 0.2, seed=1))
+        client.recv(TURN_TIMEOUT_S * 4 + 60)
+    print(TABLE_HEAD, flush=True)
+    order = list(variants)
+    for i, n in enumerate(cfg.steps):
+        for v in order:
+            if v.stopped:
+                continue
+            row = measure_step(cfg, v, n, client, llm_url, seed=1000 + i)
+            v.rows.append(row)
+            print_row(row)
+            if row["errors"]:
+                print_error_logs(v.service)
+            p99 = row["added_first_ms"]["p99"]
+            if row["errors"]:
+                v.stopped = f"{row['errors']} errors at {n} conversations"
+            elif not p99 <= STOP_FACTOR * P99_TARGET_MS:
+                v.stopped = f"added p99 {p99:.0f} ms at {n} conversations (> {STOP_FACTOR:.0f}x the target)"
+            if v.stopped:
+                print(f"   ({v.name}: ramp stopped: {v.stopped})", flush=True)
+        order.reverse()
+
+
+def ceiling_of(cfg: Config, rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Conversations one core carries, from the CPU a conversation costs: the median over
+    the steps of graph CPU seconds per conversation (its history turns and its measured
+    turns), over the model's own time for those turns. CPU time, unlike latency, does not
+    stretch when other processes take the core, so this holds on a busy host too."""
+    if not rows:
+        return {"implied_ceiling": math.nan}
+    cpu = sorted(r["cpu_s_per_conversation"] for r in rows)[len(rows) // 2]
+    model_s = cfg.turns * (
+        (1 - cfg.tool_share) * cfg.turn_s
+        + cfg.tool_share * (cfg.turn_s + cfg.tool_model_s - cfg.text_model_s)
+    )
+    per_s = cpu / model_s
+    return {
+        "cpu_s_per_conversation_median": cpu,
+        "model_seconds_per_conversation": model_s,
+        "cpu_ms_per_conversation_second": per_s * 1000,
+        "implied_ceiling": 1 / per_s if per_s > 0 else math.nan,
+    }
+
+
+def capacity_summary(cfg: Config, variants: list[Variant]) -> dict[str, Any]:
+    """Max sustained step per variant, and the CPU-implied ceiling (what bounds it)."""
+    out: dict[str, Any] = {}
+    print(
+        "\n   what bounds it (one Python process: at most 1 core; "
+        f"target: added p99 <= {P99_TARGET_MS:.0f} ms, 0 errors)"
+    )
+    for v in variants:
+        good = [r["conversations"] for r in v.rows if sustains(r)]
+        best = max(good) if good else 0
+        c = ceiling_of(cfg, v.rows)
+        out[v.name] = {"max_sustained": best, "stopped": v.stopped, "code": v.code, **c}
+        if not v.rows:
+            continue
+        turn = sorted(r["cpu_ms_per_turn"] for r in v.rows)[len(v.rows) // 2]
+        chunk = sorted(r["cpu_us_per_model_chunk"] for r in v.rows)[len(v.rows) // 2]
+        print(
+            f"   {v.name:<9} sustains {best:>4} conversations. A conversation costs "
+            f"{c['cpu_s_per_conversation_median']:.3f} "
+            f"CPU s for {c['model_seconds_per_conversation']:.1f} s of model time = "
+            f"{c['cpu_ms_per_conversation_second']:.1f} ms per second "
+            f"({turn:.1f} ms per turn, {chunk:.0f} us per "
+            f"model chunk relayed) -> one core is full at about {c['implied_ceiling']:.0f} conversations"
+            + (f"\n             ramp stopped: {v.stopped}" if v.stopped else "")
+        )
+    return out
+
+
+def print_comparison(variants: list[Variant], caps: dict[str, Any]) -> dict[str, Any]:
+    """Per step current vs baseline, and the verdict on the >=10% rule."""
+    cur, base = variants[0], variants[1]
+    print(f"\n2) current vs baseline ({base.code}), alternating step by step")
+    print(
+        f"   {'conv':>6} | {'completed':>9} {'add p50':>8} {'add p99':>8} {'cpu s/cv':>9} | "
+        f"{'completed':>9} {'add p50':>8} {'add p99':>8} {'cpu s/cv':>9} | {'cpu cur/base':>12}"
+    )
+    by_b = {r["conversations"]: r for r in base.rows}
+    steps = []
+    for r in cur.rows:
+        b = by_b.get(r["conversations"])
+        if b is None:
+            continue
+        ratio = r["cpu_s_per_conversation"] / b["cpu_s_per_conversation"]
+        steps.append({"conversations": r["conversations"], "cpu_ratio_current_over_baseline": ratio})
+        print(
+            f"   {r['conversations']:>6} | {r['turns_completed']:>9} {r['added_first_ms']['p50']:>8.1f} "
+            f"{r['added_first_ms']['p99']:>8.1f} {r['cpu_s_per_conversation']:>9.3f} | "
+            f"{b['turns_completed']:>9} "
+            f"{b['added_first_ms']['p50']:>8.1f} {b['added_first_ms']['p99']:>8.1f} "
+            f"{b['cpu_s_per_conversation']:>9.3f} | {ratio:>12.3f}"
+        )
+    c, b2 = caps[cur.name], caps[base.name]
+    gain = b2["implied_ceiling"] / c["implied_ceiling"] - 1 if c["implied_ceiling"] else math.nan
+    print(
+        f"   max sustained: current {c['max_sustained']}, baseline {b2['max_sustained']}; "
+        f"CPU-implied ceiling: current {c['implied_ceiling']:.0f}, baseline {b2['implied_ceiling']:.0f} "
+        f"(baseline {100 * gain:+.1f}%)"
+    )
+    buys = b2["max_sustained"] >= 1.1 * max(1, c["max_sustained"]) or gain >= 0.10
+    print(
+        f"   the baseline ({base.code}) carries >= 10% more conversations at the same p99 "
+        f"(max sustained step or CPU-implied ceiling): {'YES' if buys else 'NO'}"
+    )
+    return {"steps": steps, "baseline_gain_implied": gain, "baseline_buys_10_percent": buys}
+
+
+# ----------------------------------------------------------------------- parking
+
+
+async def redis_figures(url: str, session_ids: Sequence[str]) -> dict[str, Any]:
+    """used_memory and key count, and MEMORY USAGE summed over each sample session's keys."""
+    from redis.asyncio import Redis
+
+    r = Redis.from_url(url)
+    try:
+        info = await r.info("memory")
+        keys = int(await r.dbsize())
+        per: list[int] = []
+        if session_ids:
+            wanted = {s.encode() for s in session_ids}
+            found: dict[bytes, list[bytes]] = {s: [] for s in wanted}
+            async for k in r.scan_iter(count=2000):
+                for s in wanted:
+                    if s in k:
+                        found[s].append(k)
+                        break
+            for ks in found.values():
+                pipe = r.pipeline(transaction=False)
+                for k in ks:
+                    pipe.memory_usage(k, samples=0)
+                per.append(sum(int(x or 0) for x in await pipe.execute()))
+        return {"used_memory": int(info["used_memory"]), "keys": keys, "sample_session_bytes": per}
+    finally:
+        await r.aclose()
+
+
+def park(cfg: Config, service: GraphProcess, redis_url: str, client: ClientProcess) -> dict[str, Any]:
+    """Park cfg.park sessions at a pending confirmation; RSS and Redis before/after."""
+    warm = min(PARK_WARMUP, max(1, cfg.park // 10))
+    pid = service.proc.pid if service.proc else 0
+    print(
+        f"\n3) Parking {cfg.park:,} sessions at a pending confirmation (delete_records), "
+        f"{PARK_CONCURRENCY} at a time"
+    )
+    empty = asyncio.run(redis_figures(redis_url, []))
+    client.conn.send(ParkJob(service.url, cfg.park, warm, RESUME_SAMPLE))
+    _, warm_parked, warm_errors = client.recv(600)
+    time.sleep(1)
+    rss_before = rss_mb(pid)
+    before = asyncio.run(redis_figures(redis_url, []))
+    client.conn.send("go")
+    _, parked, _ = client.recv(3600)
+    time.sleep(1)
+    rss_after = rss_mb(pid)
+    after = asyncio.run(redis_figures(redis_url, []))
+    client.conn.send("go")
+    _, result = client.recv(600)
+    sample = asyncio.run(redis_figures(redis_url, result["sample_session_ids"][:100]))
+    extra = parked - warm_parked
+    delta_per = (after["used_memory"] - before["used_memory"]) / extra if extra > 0 else math.nan
+    keys_per = (after["keys"] - before["keys"]) / extra if extra > 0 else math.nan
+    mem = summary([float(x) for x in sample["sample_session_bytes"]])
+    rate = parked / result["park_seconds"] if result["park_seconds"] else math.nan
+    print(
+        f"   parked {parked:,} ({result['error_count']} failed) in {result['park_seconds']:.0f} s "
+        f"({rate:.0f}/s)"
+    )
+    print(
+        f"   redis bytes per parked session: {delta_per:,.0f} (used_memory delta / sessions), "
+        f"{mem['p50']:,.0f} p50 / {mem['max']:,.0f} max (MEMORY USAGE over its keys, "
+        f"{len(sample['sample_session_bytes'])} "
+        f"sampled); {keys_per:.1f} keys each; used_memory {empty['used_memory'] / 2**20:.1f} MiB empty -> "
+        f"{after['used_memory'] / 2**20:.1f} MiB"
+    )
+    print(
+        f"   graph RSS: {rss_before:.1f} MiB after {warm_parked} parked -> {rss_after:.1f} MiB after "
+        f"{parked:,} ({rss_after - rss_before:+.1f} MiB, "
+        f"{(rss_after - rss_before) * 2**20 / max(1, extra):,.0f} bytes per extra session)"
+    )
+    print(
+        f"   resumed {result['resumed']}/{result['resume_tried']} sampled sessions "
+        "with 'yes' to a final answer"
+    )
+    if result["errors"]:
+        print(f"   errors: {sorted(set(result['errors']))[:5]}")
+        print_error_logs(service)
+    result.pop("sample_session_ids")
+    return {
+        **result,
+        "warmup": warm_parked,
+        "warmup_errors": warm_errors,
+        "redis_bytes_per_session_used_memory": delta_per,
+        "redis_bytes_per_session_memory_usage": mem,
+        "redis_keys_per_session": keys_per,
+        "redis_used_memory": {
+            "empty": empty["used_memory"],
+            "warm": before["used_memory"],
+            "after": after["used_memory"],
+        },
+        "rss_mb_before": rss_before,
+        "rss_mb_after": rss_after,
+        "rss_delta_mb": rss_after - rss_before,
+    }
+
+
+def rss_control(cfg: Config, service: GraphProcess, client: ClientProcess) -> dict[str, Any]:
+    """The same number of ORDINARY one-turn sessions (answered at once, nothing pending) on a
+    fresh graph process, measured the same way: how much RSS any traffic adds, to hold the
+    parked sessions' RSS against."""
+    warm = min(PARK_WARMUP, max(1, cfg.park // 10))
+    pid = service.proc.pid if service.proc else 0
+    client.conn.send(ParkJob(service.url, cfg.park, warm, 0, CONTROL_TEXT))
+    _, warm_done, _ = client.recv(600)
+    time.sleep(1)
+    before = rss_mb(pid)
+    client.conn.send("go")
+    _, done, _ = client.recv(3600)
+    time.sleep(1)
+    after = rss_mb(pid)
+    client.conn.send("go")
+    _, result = client.recv(600)
+    extra = max(1, done - warm_done)
+    print(
+        f"   control, {done:,} ordinary finished sessions on a fresh graph ({result['error_count']} errors): "
+        f"RSS {before:.1f} -> {after:.1f} MiB ({after - before:+.1f} MiB, "
+        f"{(after - before) * 2**20 / extra:,.0f} bytes per extra session)"
+    )
+    return {
+        "sessions": done,
+        "warmup": warm_done,
+        "error_count": result["error_count"],
+        "errors": result["errors"][:5],
+        "rss_mb_before": before,
+        "rss_mb_after": after,
+        "rss_delta_mb": after - before,
+    }
+
+
+# -------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> Config:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = DEFAULTS
+    p.add_argument("--steps", help=f"concurrent conversations per step (default {d['steps']})")
+    p.add_argument(
+        "--ttft-ms", type=float, help=f"the model's time to first token (default {d['ttft_ms']:.0f})"
+    )
+    p.add_argument(
+        "--chunk-ms", type=float, help=f"ms between the model's chunks (default {d['chunk_ms']:.0f})"
+    )
+    p.add_argument("--chunks", type=int, help=f"chunks of a text answer (default {d['chunks']})")
+    p.add_argument(
+        "--tool-share", type=float, help=f"share of conversations calling a tool (default {d['tool_share']})"
+    )
+    p.add_argument(
+        "--park", type=int, help=f"sessions to park at a confirmation; 0 skips (default {d['park']})"
+    )
+    p.add_argument("--turns", type=int, help=f"measured turns per conversation (default {d['turns']})")
+    p.add_argument(
+        "--baseline-ref", help="also run this git ref's graph service (a temporary worktree), alternating"
+    )
+    p.add_argument("--quick", action="store_true", help="tiny numbers for a smoke test: " + str(QUICK))
+    p.add_argument(
+        "--placement",
+        choices=["split", "kernel"],
+        default="split",
+        help="split (default): the graph on one CPU, everything else on the others; kernel: no pinning",
+    )
+    p.add_argument("--log-level", default="INFO", help="the service's LOG_LEVEL (default INFO, as deployed)")
+    p.add_argument("--json", type=Path, help="results file (default bench/results/capacity-<timestamp>.json)")
+    a = p.parse_args(argv)
+    base = QUICK if a.quick else DEFAULTS
+    val = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
+    try:
+        steps = [int(s) for s in str(val["steps"]).split(",") if s.strip()]
+    except ValueError:
+        p.error("--steps takes comma-separated integers")
+    if not steps or min(steps) < 1:
+        p.error("--steps must be positive")
+    if val["chunks"] < 1 or val["ttft_ms"] < 0 or val["chunk_ms"] < 0 or val["turns"] < 1 or val["park"] < 0:
+        p.error("--chunks, --ttft-ms, --chunk-ms, --turns and --park must be positive")
+    if not 0 <= val["tool_share"] <= 1:
+        p.error("--tool-share is a share between 0 and 1")
+    return Config(
+        steps=steps,
+        ttft_ms=val["ttft_ms"],
+        chunk_ms=val["chunk_ms"],
+        chunks=val["chunks"],
+        tool_share=val["tool_share"],
+        park=val["park"],
+        turns=val["turns"],
+        baseline_ref=a.baseline_ref,
+        quick=a.quick,
+        placement=a.placement,
+        log_level=a.log_level,
+        json_path=a.json or default_results_path("capacity"),
+    )
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    info = machine_info(VERSIONS_OF)
+    started = datetime.now(UTC)
+    print_machine("vagent capacity benchmark", info, started)
+    with contextlib.ExitStack() as stack:
+        client = ClientProcess()  # forks: before anything starts a thread
+        stack.callback(client.stop)
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-capacity-")))
+        redis = start_redis(stack, tmp / "redis")
+        llm_url, _ = stack.enter_context(paced_standin(cfg.ttft_ms, cfg.chunk_ms, cfg.chunks))
+        extra = {"LOG_LEVEL": cfg.log_level}
+        current = GraphProcess(redis.url, tmp / "graph-current", llm_url, **extra)
+        variants = [Variant("current", current, "working tree " + git_state())]
+        conf: dict[str, Any] = {
+            "steps": cfg.steps,
+            "ttft_ms": cfg.ttft_ms,
+            "chunk_ms": cfg.chunk_ms,
+            "chunks": cfg.chunks,
+            "tool_share": cfg.tool_share,
+            "history_turns": HISTORY_TURNS,
+            "measured_turns": cfg.turns,
+            "park": cfg.park,
+            "quick": cfg.quick,
+            "service_log_level": cfg.log_level,
+            "p99_target_ms": P99_TARGET_MS,
+            "stop_factor": STOP_FACTOR,
+        }
+        conf["current_imports"] = imported_from(current.env)
+        conf["current_commit"] = git_state()
+        if cfg.baseline_ref:
+            wt, sha = stack.enter_context(baseline_worktree(cfg.baseline_ref))
+            path = f"{wt / 'graph' / 'src'}{os.pathsep}{wt / 'shared' / 'src'}"
+            baseline = GraphProcess(redis.url, tmp / "graph-baseline", llm_url, PYTHONPATH=path, **extra)
+            where = imported_from(baseline.env)
+            if not where.startswith(str(wt)) or str(wt) not in where.splitlines()[1]:
+                raise BenchError(f"the baseline would not import from its worktree: {where}")
+            conf["baseline_ref"], conf["baseline_commit"], conf["baseline_imports"] = (
+                cfg.baseline_ref,
+                sha,
+                where,
+            )
+            variants.append(Variant("baseline", baseline, sha[:10]))
+        for v in variants:
+            stack.callback(v.service.stop)
+            v.service.start()
+        park_redis = park_service = control_service = None
+        if cfg.park:
+            park_redis = start_redis(stack, tmp / "redis-park")  # dedicated: only parked sessions
+            park_service = GraphProcess(park_redis.url, tmp / "graph-park", llm_url, **extra)
+            stack.callback(park_service.stop)
+            park_service.start()
+            control_service = GraphProcess(redis.url, tmp / "graph-control", llm_url, **extra)
+            stack.callback(control_service.stop)
+            control_service.start()
+        graph_pids = [v.pid for v in variants] + [
+            s.proc.pid for s in (park_service, control_service) if s is not None and s.proc is not None
+        ]
+        conf["placement"] = place(cfg.placement, graph_pids)
+        cfg.graph_cpu = min(os.sched_getaffinity(graph_pids[0])) if hasattr(os, "sched_getaffinity") else 0
+        print(f"   steps   : {cfg.steps}; parking {cfg.park:,}; placement: {conf['placement']}")
+        for v in variants:
+            imp = conf[f"{v.name}_imports"].splitlines()[0]
+            print(f"   {v.name:<8}: {v.code}, vagent_graph from {imp}")
+        try:
+            ramp(cfg, variants, client, llm_url)
+            caps = capacity_summary(cfg, variants)
+            comparison = print_comparison(variants, caps) if len(variants) == 2 else None
+            parked = control = None
+            if park_service and park_redis and control_service:
+                parked = park(cfg, park_service, park_redis.url, client)
+                control = rss_control(cfg, control_service, client)
+        except Exception:
+            if not INTERRUPTED.is_set():
+                for v in variants:
+                    print_log_tail(f"{v.name} service", v.service.logs(), 20)
+            raise
+    info["loadavg_at_end"] = list(os.getloadavg())
+    print(f"   load average at the end: {', '.join(f'{x:.2f}' for x in info['loadavg_at_end'])}")
+    return make_results(
+        started,
+        info,
+        conf,
+        steps=[r for v in variants for r in v.rows],
+        capacity=caps,
+        comparison=comparison,
+        parking=parked,
+        rss_control=control,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    return run_main(lambda: run(cfg), cfg.json_path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""`bench/bench_capacity.py --quick --baseline-ref HEAD` runs end to end and reports every figure.
+
+Why: the capacity benchmark is run rarely and by hand, so without this it would rot
+unnoticed. It checks that the ramp table, the comparison, the parking figures and the
+results file exist and that the tiny run had no errors, never how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.procs import ROOT
+
+QUICK_STEPS = (5, 10)
+QUICK_PARK = 20
+
+
+def test_bench_capacity_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
+    json_path = tmp_path / "capacity.json"
+    worktrees_before = subprocess.run(
+        ["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.count("worktree ")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "bench_capacity.py"),
+            "--quick",
+            "--baseline-ref",
+            "HEAD",
+            "--json",
+            str(json_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+
+    for variant in ("current", "baseline"):
+        for n in QUICK_STEPS:
+            row = rf"{variant}\s+{n}\s+{2 * n}/{2 * n}\s+100%\s+0\s+-?\d+\.\d\s+-?\d+\.\d\s+\d+\.\d{{3}}"
+            assert re.search(row, out), f"missing ramp row {row!r}:\n{out}"
+        assert re.search(rf"{variant}\s+sustains\s+\d+ conversations\. A conversation costs", out), out
+    assert "baseline: " in out and "/.data/bench-worktrees/" in out, out  # imported from the worktree
+    assert re.search(r"carries >= 10% more conversations at the same p99 .*: (YES|NO)", out), out
+    assert re.search(rf"parked {QUICK_PARK} \(0 failed\)", out), out
+    assert re.search(r"redis bytes per parked session: [\d,]+ \(used_memory delta", out), out
+    assert re.search(r"graph RSS: \d+\.\d MiB after \d+ parked -> \d+\.\d MiB", out), out
+    assert re.search(r"resumed (\d+)/\1 sampled sessions", out), out
+    assert re.search(
+        rf"control, {QUICK_PARK} ordinary finished sessions on a fresh graph \(0 errors\)", out
+    ), out
+
+    results = json.loads(json_path.read_text())
+    assert {"machine", "config", "steps", "capacity", "comparison", "parking"} <= results.keys()
+    steps = results["steps"]
+    assert sorted((r["variant"], r["conversations"]) for r in steps) == sorted(
+        (v, n) for v in ("current", "baseline") for n in QUICK_STEPS
+    )
+    for r in steps:
+        assert r["errors"] == 0 and r["completion_rate"] == 1.0, r
+        assert r["graph_cpu_s"] > 0 and r["rss_mb"] > 0 and r["cpu_s_per_conversation"] > 0, r
+        assert r["standin"]["disconnected"] == 0, r["standin"]
+    assert results["config"]["baseline_imports"].startswith(str(ROOT / ".data" / "bench-worktrees"))
+    parking = results["parking"]
+    assert parking["parked"] == QUICK_PARK and parking["error_count"] == 0, parking
+    assert parking["redis_bytes_per_session_used_memory"] > 0
+    assert parking["resumed"] == parking["resume_tried"] > 0, parking
+    assert results["rss_control"]["sessions"] == QUICK_PARK and results["rss_control"]["error_count"] == 0
+
+    worktrees_after = subprocess.run(
+        ["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.count("worktree ")
+    assert worktrees_after <= worktrees_before  # the baseline's worktree is gone
