@@ -31,8 +31,8 @@ from tests.support.llm_server import ScriptedLLMServer
 from vagent_bot.flood import FloodControl
 from vagent_bot.hitl_store import HitlStore
 from vagent_graph import admin_cli
-from vagent_graph.app import Runtime
 from vagent_graph.runner import stream_run
+from vagent_graph.runtime import Runtime
 from vagent_graph.session_lock import SessionLock
 from vagent_graph.storage import end_of_run
 from vagent_graph.workflow import new_turn_input

@@ -18,8 +18,8 @@ from tests.support.factories import ac, new_session
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
 from vagent_graph import metrics
-from vagent_graph.app import Runtime, run_config
 from vagent_graph.runner import Prelude, Run
+from vagent_graph.runtime import Runtime, run_config
 from vagent_graph.workflow import new_turn_input
 from vagent_shared.events import ErrorEvent, SSEEvent, TextChunk
 

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from vagent_graph.agent import load_descriptor
-from vagent_graph.app import Runtime, open_runtime
 from vagent_graph.llm import make_chat_model
+from vagent_graph.runtime import Runtime, open_runtime
 from vagent_graph.tools import default_registry
 from vagent_shared.settings import GraphSettings
 

@@ -1,0 +1,278 @@
+"""The bot's API (`/api/v1/`): answer a message, resume a paused run with the human's
+answer, forget a session. Every route needs the service token; RequestMiddleware checks it
+for the whole `/api/` prefix before any route is chosen, so no route here can miss it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio
+import structlog
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from langgraph.types import Command
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
+
+from vagent_graph import metrics
+from vagent_graph.hitl import CANCEL_RESUME
+from vagent_graph.middleware import API_PREFIX
+from vagent_graph.runner import Run, durability_for
+from vagent_graph.runtime import Runtime, run_config
+from vagent_graph.session_lock import SessionBusy, SessionLock
+from vagent_graph.storage import end_of_run
+from vagent_graph.workflow import new_turn_input
+from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
+from vagent_shared.http_errors import api_error
+from vagent_shared.wire import (
+    ErrorResponse,
+    FeedbackAck,
+    FeedbackRequest,
+    ProcessMessageRequest,
+    ResetRequest,
+)
+
+log = structlog.get_logger(__name__)
+
+
+def runtime(request: Request) -> Runtime:
+    """The lifespan's resources (app.state.rt)."""
+    return request.app.state.rt  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[Runtime, Depends(runtime)]
+
+#: What the streaming routes answer instead of a stream (all with an ErrorResponse body).
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse} for status in (401, 409, 413, 422, 503)
+}
+
+router = APIRouter(prefix=f"{API_PREFIX}v1", tags=["api"])
+
+
+async def acquire(r: Runtime, session_id: str) -> SessionLock:
+    """The session lock (one run per session across replicas), or a clear 409/503."""
+    try:
+        return await SessionLock.acquire(r.redis, session_id, r.settings.RUN_TIMEOUT_SECONDS + 60)
+    except SessionBusy:
+        raise api_error(409, "session_busy", "This session is already answering another message.") from None
+    except Exception as exc:
+        log.error("redis_unavailable", error=str(exc))
+        raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
+
+
+async def end_run(r: Runtime, lock: SessionLock, outcome: SSEEvent | None) -> None:
+    """After a run: bound the session's Redis bytes, remember whether a question waits,
+    unlock (storage.end_of_run, one round trip). Never fails the request."""
+    waits = None if outcome is None else isinstance(outcome, HitlRequest)
+    try:
+        await end_of_run(r.redis, r.checkpointer, lock, waits, r.settings.CHECKPOINT_TTL_MINUTES * 60)
+    except Exception as exc:  # Redis gone: the lock's TTL cleans up
+        log.warning("end_of_run_failed", error_type=type(exc).__name__)
+
+
+async def release(lock: SessionLock) -> None:
+    try:
+        await lock.release()
+    except Exception as exc:  # Redis gone: the lock's TTL cleans up
+        log.debug("lock_release_failed", error_type=type(exc).__name__)
+
+
+def sse(r: Runtime, endpoint: str, session_id: str, lock: SessionLock, run: Run) -> EventSourceResponse:
+    start = time.perf_counter()
+    batches = run.batches()
+    outcome: SSEEvent | None = None
+    finished = False
+    events = writes = 0
+
+    async def finish() -> None:
+        """Stop the run, remember how it ended, unlock: exactly once. From the stream's
+        end, or (as the response's background task) when the stream never started."""
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        # A disconnect cancels the stream: the run must be stopped and the session
+        # unlocked even so, hence the shield (anyio re-cancels every await).
+        with anyio.CancelScope(shield=True):
+            await batches.aclose()
+            await run.close()  # also when the stream never started
+            await end_run(r, lock, outcome)
+        metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
+        log.info(
+            "stream_closed",
+            endpoint=endpoint,
+            session_id=session_id,
+            seconds=round(time.perf_counter() - start, 4),
+            events=events,
+            writes=writes,
+        )
+
+    async def gen() -> AsyncIterator[ServerSentEvent | bytes]:
+        nonlocal outcome, events, writes
+        with structlog.contextvars.bound_contextvars(session_id=session_id):
+            try:
+                async for batch in batches:
+                    if not batch:  # nothing to say for a while: keep proxies from timing out
+                        yield b": keep-alive\r\n\r\n"
+                        continue
+                    for ev in batch:
+                        if isinstance(ev, HitlRequest | TextFinal):
+                            outcome = ev
+                    first_at = 0.0 if writes else time.perf_counter()
+                    events, writes = events + len(batch), writes + 1
+                    # One write per batch; every event keeps its own SSE frame.
+                    yield b"".join(
+                        ServerSentEvent(event=ev.EVENT, data=ev.sse_data()).encode() for ev in batch
+                    )
+                    if first_at:  # observed once the first write is out, not before it
+                        metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(first_at - start)
+                events, writes = events + 1, writes + 1
+                yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
+            finally:
+                await finish()
+
+    return EventSourceResponse(
+        gen(),
+        ping=0,  # keep-alive comes from the stream itself (Outbox): one task less per stream
+        headers={"X-Accel-Buffering": "no", "Cache-Control": "no-cache"},
+        background=BackgroundTask(finish),
+    )
+
+
+async def close_stale_question(r: Runtime, session_id: str) -> None:
+    """A new message while a question is pending: the question expired on the bot side."""
+    cfg = run_config(session_id)
+    state = await r.graph.aget_state(cfg)
+    if not state.interrupts:
+        return
+    log.info("hitl_expired", interrupt_ids=[i.id for i in state.interrupts])
+    metrics.HITL_RESUMES.labels("expired").inc()
+    cancel: Command[Any] = Command(resume=CANCEL_RESUME)
+    async for _ in r.graph.astream(cancel, cfg, stream_mode="updates", durability=durability_for(cancel)):
+        pass
+
+
+@router.post(
+    "/process_message",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "SSE: text_chunk/progress/hitl_request/text_final/error, always ending with done",
+        },
+        **_ERRORS,
+    },
+)
+async def process_message(body: ProcessMessageRequest, r: RuntimeDep) -> EventSourceResponse:
+    """Answer one user message as a stream of Server-Sent Events."""
+    structlog.contextvars.bind_contextvars(session_id=body.session_id)
+    if not body.message.strip():
+        raise api_error(422, "empty_message", "message: must not be empty.")
+    if len(body.message) > r.settings.MAX_MESSAGE_CHARS:
+        raise api_error(
+            422, "message_too_long", f"message: longer than {r.settings.MAX_MESSAGE_CHARS} characters."
+        )
+    log.debug("process_message", user_id=body.user_id, chars=len(body.message))
+    sid = body.session_id
+
+    lock = await acquire(r, sid)
+
+    async def close_stale() -> None:
+        await close_stale_question(r, sid)
+
+    run = Run(
+        r.graph,
+        new_turn_input(body.message, body.ac_context),
+        run_config(sid, body.audience),
+        r.settings.RUN_TIMEOUT_SECONDS,
+        prelude=close_stale if lock.question_may_be_pending else None,
+        pacing=r.pacing,
+    )
+    return sse(r, "process_message", sid, lock, run)
+
+
+@router.post(
+    "/submit_feedback",
+    response_model=None,
+    responses={
+        200: {
+            "content": {
+                "text/event-stream": {},
+                "application/json": {"schema": FeedbackAck.model_json_schema()},
+            },
+            "description": "SSE like process_message, or a JSON ack when "
+            "the client accepts only application/json",
+        },
+        **_ERRORS,
+    },
+)
+async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep) -> Response:
+    """Resume the session's paused workflow with the human's answer."""
+    structlog.contextvars.bind_contextvars(session_id=body.session_id)
+    lock = await acquire(r, body.session_id)
+    try:
+        state = await r.graph.aget_state(run_config(body.session_id))
+    except Exception:
+        await release(lock)
+        raise
+    pending = {i.id for i in state.interrupts}
+    if not pending:
+        await release(lock)
+        raise api_error(409, "no_pending_question", "Nothing is waiting for an answer in this session.")
+    if body.interrupt_id and body.interrupt_id not in pending:
+        await release(lock)
+        raise api_error(409, "stale_question", "That question is no longer pending.")
+    metrics.HITL_RESUMES.labels("answered").inc()
+    log.info("submit_feedback", chars=len(body.response))
+    update: dict[str, Any] = {}
+    if body.ac_context:
+        update["ac_context"] = body.ac_context.to_wire()
+    command: Command[Any] = Command(resume=body.response, update=update or None)
+    cfg = run_config(body.session_id, body.audience)
+
+    run = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, pacing=r.pacing)
+    accept = request.headers.get("accept", "")
+    if "application/json" in accept and "text/event-stream" not in accept:
+        batches = run.batches()
+        collected: list[SSEEvent] = []
+        try:
+            async for batch in batches:
+                collected += batch
+        finally:
+            await batches.aclose()
+            await run.close()
+            last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
+            await end_run(r, lock, last)
+        return JSONResponse(_ack(collected).model_dump())
+    return sse(r, "submit_feedback", body.session_id, lock, run)
+
+
+@router.post(
+    "/reset_session",
+    response_model=FeedbackAck,
+    responses={401: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
+)
+async def reset_session(body: ResetRequest, r: RuntimeDep) -> FeedbackAck:
+    """Forget the session's conversation and any pending question (`!reset`)."""
+    structlog.contextvars.bind_contextvars(session_id=body.session_id)
+    lock = await acquire(r, body.session_id)
+    try:
+        await r.checkpointer.adelete_thread(body.session_id)
+    finally:
+        await release(lock)
+    log.info("session_reset")
+    return FeedbackAck(success=True, message="The conversation was forgotten.")
+
+
+def _ack(events: list[SSEEvent]) -> FeedbackAck:
+    for ev in events:
+        if isinstance(ev, ErrorEvent):
+            return FeedbackAck(success=False, message=ev.message)
+        if isinstance(ev, HitlRequest):
+            return FeedbackAck(success=True, message=ev.question)
+        if isinstance(ev, TextFinal):
+            return FeedbackAck(success=True, message=ev.content)
+    return FeedbackAck(success=True, message="")

@@ -1,0 +1,136 @@
+"""What the graph service runs on, opened once per process: Redis, the checkpointer, the
+knowledge stores, the external clients and the compiled graph (the lifespan's resources)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
+from langgraph.graph.state import CompiledStateGraph
+from redis.asyncio import Redis
+
+from vagent_graph import metrics
+from vagent_graph.agent import AgentDescriptor
+from vagent_graph.credentials import CredentialRegistry
+from vagent_graph.knowledge.doc_store import DocumentStore
+from vagent_graph.knowledge.embeddings import Embedder, make_embedder
+from vagent_graph.knowledge.entity_store import EntityStore
+from vagent_graph.outbox import Pacing
+from vagent_graph.storage import CachingRedisSerializer
+from vagent_graph.tools import Services, ToolRegistry
+from vagent_graph.tools.records import RecordsDb, ensure_records_db
+from vagent_graph.tools.tickets import TicketService
+from vagent_graph.workflow import Deps, build_graph
+from vagent_shared import audit_trail, redis_connect
+from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.knowledge import Audience
+from vagent_shared.settings import GraphSettings
+
+
+@dataclass
+class Runtime:
+    """Everything the routes need, built in the lifespan."""
+
+    settings: GraphSettings
+    redis: Redis
+    checkpointer: AsyncShallowRedisSaver
+    graph: CompiledStateGraph[Any]
+    started: float
+    #: What tools (and the admin API) use: the records DB, the document and entity stores.
+    services: Services
+
+    @property
+    def pacing(self) -> Pacing:
+        """How a run's stream is written: text flushes and keep-alives."""
+        return Pacing(self.settings.SSE_FLUSH_INTERVAL_MS / 1000, self.settings.SSE_KEEPALIVE_SECONDS)
+
+
+def run_config(session_id: str, audience: Audience | None = None) -> RunnableConfig:
+    """A session's run: its LangGraph thread, who else reads the answer, and a bound on the
+    steps of one run. The audience travels in the config, not the state, so no checkpoint
+    keeps other people's ids or roles (it is sent again with every request, answers too)."""
+    return {"configurable": {"thread_id": session_id, "audience": audience}, "recursion_limit": 100}
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: GraphSettings,
+    agent: AgentDescriptor,
+    registry: ToolRegistry,
+    chat_model: BaseChatModel,
+    label: str,
+    embedder: Embedder | None = None,
+) -> AsyncIterator[Runtime]:
+    """Redis, the checkpointer, the knowledge stores and the compiled graph, exactly as the
+    service runs them. The embedding model loads on its first use, not here."""
+    ensure_records_db(settings.RECORDS_DB_PATH)
+    redis = redis_connect.connect(
+        settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+    )
+    services: Services | None = None
+    try:
+        saver = AsyncShallowRedisSaver(
+            redis_client=redis,
+            ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
+        )
+        saver.serde = CachingRedisSerializer()
+        await saver.asetup()
+        trail = audit_trail.from_settings(
+            settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
+        )
+        services = Services(
+            RecordsDb(settings.RECORDS_DB_PATH),
+            DocumentStore(
+                redis,
+                embedder or make_embedder(settings),
+                settings.DOCS_INDEX,
+                settings.DOCS_VECTOR_ALGORITHM,
+                settings.SEARCH_TOP_K,
+            ),
+            EntityStore(redis, settings.ENTITY_GRAPH),
+            trail,
+            *external_clients(settings, redis),
+        )
+        trail.start()
+        deps = Deps(
+            registry=registry,
+            agent=agent,
+            llm=chat_model,
+            model_label=label,
+            services=services,
+            credential_help=settings.CREDENTIAL_MISSING_HELP,
+        )
+        yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
+    finally:
+        await close_services(services)
+        await redis.aclose()
+
+
+def external_clients(settings: GraphSettings, redis: Redis) -> list[object]:
+    """The clients of the external systems that are configured."""
+    found: list[object] = []
+    registry = CredentialRegistry.from_settings(settings, redis)
+    if registry is not None:
+        found.append(registry)
+    if settings.TICKETS_URL:
+        found.append(TicketService(settings.TICKETS_URL))
+    return found
+
+
+async def close_services(services: Services | None) -> None:
+    if services is None:
+        return
+    trail = services.find(AuditTrail)
+    if trail is not None:
+        await trail.aclose()
+    registry, tickets = services.find(CredentialRegistry), services.find(TicketService)
+    if registry is not None:
+        await registry.aclose()
+    if tickets is not None:
+        await tickets.aclose()
