@@ -32,6 +32,7 @@ import contextlib
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -775,8 +776,11 @@ def capacity_summary(cfg: Config, variants: list[Variant]) -> dict[str, Any]:
         f"target: added p99 <= {P99_TARGET_MS:.0f} ms, 0 errors)"
     )
     for v in variants:
-        good = [r["conversations"] for r in v.rows if sustains(r)]
-        best = max(good) if good else 0
+        best = 0
+        for r in sorted(v.rows, key=lambda x: x["conversations"]):
+            if not sustains(r):
+                break
+            best = r["conversations"]
         c = ceiling_of(cfg, v.rows)
         out[v.name] = {"max_sustained": best, "stopped": v.stopped, "code": v.code, **c}
         if not v.rows:
@@ -819,18 +823,28 @@ def print_comparison(variants: list[Variant], caps: dict[str, Any]) -> dict[str,
             f"{b['cpu_s_per_conversation']:>9.3f} | {ratio:>12.3f}"
         )
     c, b2 = caps[cur.name], caps[base.name]
+    ratios = [x["cpu_ratio_current_over_baseline"] for x in steps]
+    paired = statistics.median(ratios) - 1 if ratios else math.nan
     gain = b2["implied_ceiling"] / c["implied_ceiling"] - 1 if c["implied_ceiling"] else math.nan
     print(
-        f"   max sustained: current {c['max_sustained']}, baseline {b2['max_sustained']}; "
-        f"CPU-implied ceiling: current {c['implied_ceiling']:.0f}, baseline {b2['implied_ceiling']:.0f} "
-        f"(baseline {100 * gain:+.1f}%)"
+        f"   max sustained (every step up to it within target): current {c['max_sustained']}, "
+        f"baseline {b2['max_sustained']}; CPU-implied ceiling: current {c['implied_ceiling']:.0f}, "
+        f"baseline {b2['implied_ceiling']:.0f}"
     )
-    buys = b2["max_sustained"] >= 1.1 * max(1, c["max_sustained"]) or gain >= 0.10
+    # Verdict on CPU, paired step by step: added latency is a function of how busy the one
+    # core is, so CPU per conversation sets the conversations at a given p99; the latency
+    # columns move with other jobs on a shared host far more than CPU seconds do.
+    buys = bool(paired >= 0.10)
     print(
-        f"   the baseline ({base.code}) carries >= 10% more conversations at the same p99 "
-        f"(max sustained step or CPU-implied ceiling): {'YES' if buys else 'NO'}"
+        f"   the baseline ({base.code}) carries {100 * paired:+.1f}% conversations per core "
+        f"(median of the per-step CPU ratios): >= 10% more at the same p99: {'YES' if buys else 'NO'}"
     )
-    return {"steps": steps, "baseline_gain_implied": gain, "baseline_buys_10_percent": buys}
+    return {
+        "steps": steps,
+        "baseline_gain_paired_cpu": paired,
+        "baseline_gain_implied": gain,
+        "baseline_buys_10_percent": buys,
+    }
 
 
 # ----------------------------------------------------------------------- parking
