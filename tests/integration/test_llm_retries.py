@@ -1,6 +1,7 @@
-"""The service's chat model (llm.make_chat_model) is a plain ChatOpenAI: the openai SDK
-retries a failed request itself, as often as LLM_MAX_RETRIES says, and its errors reach the
-user as short error events. Against the scripted OpenAI-compatible server."""
+"""The service's chat model (llm.make_chat_model: ChatOpenAI whose chat.completions is
+openai_plain's, on the SDK's own client): the openai SDK retries a failed request itself, as
+often as LLM_MAX_RETRIES says, and its errors reach the user as short error events. Against
+the scripted OpenAI-compatible server."""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
+from vagent_bot.__main__ import redis_client
 from vagent_shared.redis_connect import (
+    DEFAULT_MAX_CONNECTIONS,
     RedisUrlError,
     SentinelUrl,
     connect,
@@ -16,6 +18,7 @@ from vagent_shared.redis_connect import (
     parse_sentinel_url,
     where,
 )
+from vagent_shared.settings import BotSettings, GraphSettings
 
 
 @pytest.mark.parametrize(
@@ -98,3 +101,31 @@ def test_plain_urls_are_redis_from_url() -> None:
     sentinel = connect_sync("redis+sentinel://127.0.0.1:1")
     assert isinstance(sentinel.connection_pool, redis.sentinel.SentinelConnectionPool)
     assert isinstance(connect("redis://127.0.0.1:1/0"), redis.asyncio.Redis)
+
+
+async def test_both_forms_wait_for_a_free_connection_up_to_the_cap() -> None:
+    """REDIS_MAX_CONNECTIONS: a blocking pool of that size, for plain and sentinel URLs; the
+    pool's own arguments do not reach the connections or the sentinels."""
+    for url in ("redis://127.0.0.1:1/2", "redis+sentinel://127.0.0.1:1/prod/2"):
+        client = connect(url, max_connections=7, pool_timeout=1.5, socket_timeout=3)
+        try:
+            pool = client.connection_pool
+            assert isinstance(pool, redis.asyncio.BlockingConnectionPool), url
+            assert (pool.max_connections, pool.timeout) == (7, 1.5)
+            assert pool.connection_kwargs["socket_timeout"] == 3 and pool.connection_kwargs["db"] == 2
+            assert "max_connections" not in pool.connection_kwargs and "timeout" not in pool.connection_kwargs
+            if isinstance(pool, redis.asyncio.sentinel.SentinelConnectionPool):
+                assert "max_connections" not in pool.sentinel_manager.connection_kwargs
+        finally:
+            await client.aclose()
+    default = connect("redis://127.0.0.1:1/0")
+    assert default.connection_pool.max_connections == DEFAULT_MAX_CONNECTIONS
+    settings = (BotSettings().REDIS_MAX_CONNECTIONS, GraphSettings().REDIS_MAX_CONNECTIONS)
+    assert settings == (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS)
+    await default.aclose()
+
+
+async def test_the_bots_client_takes_its_size_from_the_setting() -> None:
+    client = redis_client(BotSettings(REDIS_URL="redis://127.0.0.1:1/0", REDIS_MAX_CONNECTIONS=9))
+    assert client.connection_pool.max_connections == 9
+    await client.aclose()

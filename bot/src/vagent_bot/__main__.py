@@ -24,13 +24,18 @@ log = structlog.get_logger("vagent_bot")
 
 def redis_client(settings: BotSettings) -> Redis:
     """The bot's one Redis client; with a redis+sentinel:// REDIS_URL it follows the master."""
-    return redis_connect.connect(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+    return redis_connect.connect(
+        settings.REDIS_URL,
+        max_connections=settings.REDIS_MAX_CONNECTIONS,
+        socket_timeout=10,
+        socket_connect_timeout=5,
+    )
 
 
 async def amain(settings: BotSettings) -> int:
     redis = redis_client(settings)
     token = settings.GRAPH_API_TOKEN.get_secret_value() if settings.GRAPH_API_TOKEN else None
-    graph = GraphClient(settings.GRAPH_API_ENDPOINT, token)
+    graph = GraphClient(settings.GRAPH_API_ENDPOINT, token, max_connections=settings.GRAPH_MAX_CONNECTIONS)
     audit = audit_trail.from_settings(
         settings, "bot", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
     )

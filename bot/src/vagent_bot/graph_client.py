@@ -56,7 +56,10 @@ class GraphRejected(GraphError):
 
 class GraphClient:
     """One keep-alive connection pool to the graph. `read_timeout` bounds the silence
-    between two reads of a stream (the graph pings every 15 s while it works)."""
+    between two reads of a stream (the graph pings every 15 s while it works).
+    `max_connections` (GRAPH_MAX_CONNECTIONS; 0: no cap) bounds the requests in flight, so
+    the answers one bot process streams at once; a request beyond it waits for a free
+    connection, up to the 10 s connect timeout, then fails."""
 
     def __init__(
         self,
@@ -64,6 +67,7 @@ class GraphClient:
         token: str | None,
         *,
         read_timeout: float = 90.0,
+        max_connections: int = 100,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -72,6 +76,7 @@ class GraphClient:
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=10.0, sock_connect=5.0, sock_read=read_timeout
         )
+        self._max_connections = max_connections
         self._session = session
         self._owns_session = session is None
 
@@ -79,7 +84,7 @@ class GraphClient:
         """Created on first use: an aiohttp session belongs to the running loop."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=100),
+                connector=aiohttp.TCPConnector(limit=self._max_connections),
                 timeout=self._timeout,
                 headers=self._headers,
             )

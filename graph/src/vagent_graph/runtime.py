@@ -71,7 +71,11 @@ async def open_runtime(
     service runs them. The embedding model loads on its first use, not here."""
     ensure_records_db(settings.RECORDS_DB_PATH)
     redis = redis_connect.connect(
-        settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+        settings.REDIS_URL,
+        max_connections=settings.REDIS_MAX_CONNECTIONS,
+        socket_timeout=10,
+        socket_connect_timeout=5,
+        health_check_interval=30,
     )
     services: Services | None = None
     try:

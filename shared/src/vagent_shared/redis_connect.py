@@ -9,6 +9,12 @@ in the form redisvl and other clients of the ecosystem read:
 asks the sentinels for the master and asks again whenever its connection breaks, so it
 follows a failover. The user and password are used for the sentinels and for Redis alike
 (as redisvl does). Messages name the address with `where`, never the password.
+
+The asyncio clients keep at most `max_connections` connections (REDIS_MAX_CONNECTIONS) and,
+when all are in use, a command WAITS for one to come free, up to `POOL_TIMEOUT_SECONDS`,
+then fails with `PoolExhaustedError` (a redis ConnectionError naming the setting). redis-py's
+default pool instead fails at once beyond its cap (100 since redis-py 8: `MaxConnectionsError`),
+which a burst of requests with their lock renewals and pipelines can reach.
 """
 
 from __future__ import annotations
@@ -27,10 +33,39 @@ import redis.sentinel
 SENTINEL_SCHEME = "redis+sentinel"
 DEFAULT_SENTINEL_PORT = 26379
 DEFAULT_SERVICE = "mymaster"
+#: The pool size when the caller gives none (CommonSettings.REDIS_MAX_CONNECTIONS' default).
+DEFAULT_MAX_CONNECTIONS = 200
+#: How long a command waits for a free connection before PoolExhaustedError.
+POOL_TIMEOUT_SECONDS = 5.0
 
 
 class RedisUrlError(ValueError):
     """REDIS_URL cannot be read. The message never contains the password."""
+
+
+class PoolExhaustedError(redis.ConnectionError):
+    """Every connection of the pool stayed in use for the pool timeout."""
+
+
+class _WaitingPool(redis.asyncio.BlockingConnectionPool):
+    """redis-py's BlockingConnectionPool (a command waits for a free connection instead of
+    failing), whose timeout error names the cap and the setting that sets it."""
+
+    async def get_connection(self, *args: Any, **options: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
+        except redis.ConnectionError as exc:
+            # BlockingConnectionPool: ConnectionError("No connection available.") from the
+            # TimeoutError of its wait; failing to connect raises ConnectionErrors too.
+            waited = time.monotonic() - started
+            timeout = self.timeout
+            if isinstance(exc.__cause__, TimeoutError) and timeout is not None and waited >= 0.9 * timeout:
+                raise PoolExhaustedError(
+                    f"no free Redis connection within {timeout:g} s: all {self.max_connections}"
+                    " are in use (REDIS_MAX_CONNECTIONS)"
+                ) from exc
+            raise
 
 
 @dataclass(frozen=True)
@@ -116,9 +151,11 @@ def _sentinel_args(url: str, kwargs: dict[str, Any]) -> tuple[SentinelUrl, dict[
     return s, conn, sentinel_kwargs
 
 
-class FollowingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
+class FollowingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, _WaitingPool):
     """Asks the sentinels for the master at most once a `CHECK_SECONDS` before handing out a
-    connection, and drops connections to a master that is no longer one.
+    connection, and drops connections to a master that is no longer one. Waits for a free
+    connection like `_WaitingPool` (the MRO puts redis-py's SentinelConnectionPool, which
+    defines no get_connection of its own, before BlockingConnectionPool).
 
     Why: redis-py asks only when it opens a connection. After a forced failover
     (`SENTINEL FAILOVER`) the old master keeps accepting writes until a sentinel turns it
@@ -144,14 +181,28 @@ class FollowingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool):
         return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
 
 
-def connect(url: str, **client_kwargs: Any) -> redis.asyncio.Redis:
-    """An asyncio client for REDIS_URL: Redis.from_url, or the Sentinel's master client."""
+def connect(
+    url: str,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    pool_timeout: float = POOL_TIMEOUT_SECONDS,
+    **client_kwargs: Any,
+) -> redis.asyncio.Redis:
+    """An asyncio client for REDIS_URL (Redis.from_url's URL forms, or the Sentinel's master
+    client) on a pool of at most `max_connections` that waits up to `pool_timeout` seconds
+    for a free connection."""
+    pool_kwargs = {"max_connections": max_connections, "timeout": pool_timeout}
     if not is_sentinel(url):
-        return redis.asyncio.Redis.from_url(url, **client_kwargs)
+        pool = _WaitingPool.from_url(url, **client_kwargs, **pool_kwargs)
+        return redis.asyncio.Redis.from_pool(pool)
     s, conn, sentinel_kwargs = _sentinel_args(url, client_kwargs)
     sentinel = redis.asyncio.sentinel.Sentinel(s.sentinels, sentinel_kwargs=sentinel_kwargs, **conn)  # type: ignore[no-untyped-call]
     client: redis.asyncio.Redis = sentinel.master_for(
-        s.service, redis_class=redis.asyncio.Redis, connection_pool_class=FollowingSentinelPool, **conn
+        s.service,
+        redis_class=redis.asyncio.Redis,
+        connection_pool_class=FollowingSentinelPool,
+        **conn,
+        **pool_kwargs,
     )  # type: ignore[no-untyped-call]
     return client
 

@@ -17,6 +17,9 @@ class CommonSettings(BaseSettings):
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
 
     REDIS_URL: str = "redis://127.0.0.1:6379/0"
+    #: Connections the process's Redis client may open; beyond, a command waits for a free
+    #: one (up to redis_connect.POOL_TIMEOUT_SECONDS) instead of failing.
+    REDIS_MAX_CONNECTIONS: int = Field(default=200, ge=1, le=100_000)
     GRAPH_API_TOKEN: SecretStr | None = None
     LOG_LEVEL: str = "INFO"
 
@@ -112,6 +115,9 @@ class BotSettings(CommonSettings):
     #: Persistent folder for the E2EE crypto store and the device id.
     MATRIX_STORE_PATH: Path = Path(".data/bot-store")
     GRAPH_API_ENDPOINT: str = "http://127.0.0.1:8000"
+    #: Connections to the graph, so answers in flight at once (0: no cap); beyond, a message
+    #: waits for a free connection up to the 10 s connect timeout.
+    GRAPH_MAX_CONNECTIONS: int = Field(default=100, ge=0)
     ACCESS_CONTROL_PROVIDER_URL: str = "http://127.0.0.1:8090"
     ACP_TIMEOUT_SECONDS: float = Field(default=3.0, gt=0)
     AGENT_ID: str = "vagent"
