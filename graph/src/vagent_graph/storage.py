@@ -9,7 +9,7 @@ session is still locked, the writes that do not belong to the latest checkpoint 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
@@ -114,3 +114,30 @@ class CachingRedisSerializer(JsonPlusRedisSerializer):
         if cls is None:
             raise ValueError(f"cannot import {'.'.join(key)}")
         return cls
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: Entries the checkpointer's key cache may hold (the synchronous RedisSaver's own limit).
+KEY_CACHE_MAX = 1000
+
+
+class BoundedKeyCache(dict[K, V]):
+    """The checkpointer's key-name cache, bounded: emptied when full.
+
+    Why: AsyncShallowRedisSaver (langgraph-checkpoint-redis 0.5.x) memoises every key name it
+    builds in `_key_cache`, one to three per thread and run, and never evicts (its sync
+    sibling stops at 1000). A process that parks 10 000 confirmations kept them all: the
+    graph's RSS grew with the number of sessions waiting for people (bench-capacity). The
+    names are cheap to rebuild; only the memo is bounded, so nothing is held per session.
+    """
+
+    def __init__(self, max_entries: int = KEY_CACHE_MAX) -> None:
+        super().__init__()
+        self.max_entries = max_entries
+
+    def __setitem__(self, key: K, value: V) -> None:
+        if len(self) >= self.max_entries and key not in self:
+            self.clear()
+        super().__setitem__(key, value)
