@@ -65,15 +65,32 @@ def test_stream_bounds_by_count_or_by_age() -> None:
 
 
 class FakeStream:
+    """A Redis stand-in for the trail's one use of it: XADDs in a pipeline."""
+
     def __init__(self, fail: BaseException | None = None, delay: float = 0) -> None:
         self.fail, self.delay, self.added = fail, delay, []  # type: ignore[var-annotated]
+        self.round_trips = 0
 
-    async def xadd(self, name: str, fields: dict[str, str], **kw: Any) -> str:
-        await asyncio.sleep(self.delay)
-        if self.fail:
-            raise self.fail
-        self.added.append((name, fields, kw))
-        return "1-0"
+    def pipeline(self, transaction: bool = True) -> FakePipeline:
+        assert transaction is False
+        return FakePipeline(self)
+
+
+class FakePipeline:
+    def __init__(self, stream: FakeStream) -> None:
+        self.stream, self.queued = stream, []  # type: ignore[var-annotated]
+
+    def xadd(self, name: str, fields: dict[str, str], **kw: Any) -> None:
+        self.queued.append((name, fields, kw))
+
+    async def execute(self, raise_on_error: bool = True) -> list[str]:
+        assert raise_on_error is False
+        self.stream.round_trips += 1
+        await asyncio.sleep(self.stream.delay)
+        if self.stream.fail:
+            raise self.stream.fail
+        self.stream.added += self.queued
+        return ["1-0"] * len(self.queued)
 
 
 def trail(redis: FakeStream | None, failures: list[str], **kw: Any) -> AuditTrail:
@@ -112,6 +129,20 @@ async def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     for _ in range(5):
         t.record("rag_query", user_id="@a:x", resource="tool:search_documents", decision="allowed")
     assert failures == ["queue_full"] * 3
+
+
+async def test_a_burst_is_written_in_few_round_trips_and_nothing_is_held() -> None:
+    stream, failures = FakeStream(delay=0.01), []  # type: ignore[var-annotated]
+    t = trail(stream, failures)
+    t.start()
+    for i in range(1200):
+        t.record("tool_offered", user_id=f"@u{i}:x", resource="agent:vagent", decision="allowed")
+    await t.flush(within=5)
+    assert [AuditEvent.model_validate_json(f["event"]).user_id for _, f, _ in stream.added] == [
+        f"@u{i}:x" for i in range(1200)
+    ]
+    assert stream.round_trips <= 4 and t._queue.empty() and failures == []
+    await t.aclose()
 
 
 def test_without_redis_events_are_still_logged(capsys: pytest.CaptureFixture[str]) -> None:
