@@ -22,7 +22,7 @@ from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.outbox import Pacing
-from vagent_graph.storage import BoundedKeyCache, CachingRedisSerializer
+from vagent_graph.storage import BoundedKeyCache
 from vagent_graph.tools import Services, ToolRegistry
 from vagent_graph.tools.records import RecordsDb, ensure_records_db
 from vagent_graph.tools.tickets import TicketService
@@ -83,7 +83,6 @@ async def open_runtime(
             redis_client=redis,
             ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
         )
-        saver.serde = CachingRedisSerializer()
         saver._key_cache = BoundedKeyCache()  # unbounded in the library (storage.py)
         await saver.asetup()
         trail = audit_trail.from_settings(

@@ -9,10 +9,9 @@ session is still locked, the writes that do not belong to the latest checkpoint 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import TypeVar
 
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
-from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
 from langgraph.checkpoint.redis.util import to_storage_safe_str
 from redis.asyncio import Redis
 
@@ -87,33 +86,6 @@ async def end_of_run(
     hint = "" if question_waits is None else ("1" if question_waits else "0")
     removed = await redis.register_script(_END_OF_RUN)(keys, [hint, hint_ttl_seconds, lock.token])
     return int(removed)
-
-
-class CachingRedisSerializer(JsonPlusRedisSerializer):
-    """The checkpointer's serializer, minus a per-message filesystem search.
-
-    To revive each stored message it imports the module named in the LangChain envelope
-    (`langchain.schema.messages`, which does not exist): a failed import searches sys.path
-    every time, ~0.2 ms per message per load. The lookup result is the same every time, so
-    it is cached (class or failure) per envelope id.
-    """
-
-    _classes: ClassVar[dict[tuple[str, ...], type[Any] | None]] = {}
-
-    def _constructor_class(self, obj: dict[str, Any]) -> type[Any]:
-        ident = obj.get("id")
-        if not isinstance(ident, list) or not all(isinstance(p, str) for p in ident):
-            return super()._constructor_class(obj)
-        key = tuple(ident)
-        if key not in self._classes:
-            try:
-                self._classes[key] = super()._constructor_class(obj)
-            except ValueError:
-                self._classes[key] = None
-        cls = self._classes[key]
-        if cls is None:
-            raise ValueError(f"cannot import {'.'.join(key)}")
-        return cls
 
 
 K = TypeVar("K")
