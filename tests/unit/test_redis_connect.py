@@ -129,3 +129,17 @@ async def test_the_bots_client_takes_its_size_from_the_setting() -> None:
     client = redis_client(BotSettings(REDIS_URL="redis://127.0.0.1:1/0", REDIS_MAX_CONNECTIONS=9))
     assert client.connection_pool.max_connections == 9
     await client.aclose()
+
+
+def test_clients_retry_a_dropped_connection_with_redis_pys_own_retry() -> None:
+    """A restarted or failed-over Redis leaves dead connections in the pool: the first
+    command on one must be tried again, not fail the user's run."""
+    import redis.exceptions
+
+    from vagent_shared import redis_connect
+
+    for url in ("redis://127.0.0.1:1/0", "redis+sentinel://127.0.0.1:1/mymaster"):
+        client = redis_connect.connect(url)
+        retry = client.connection_pool.connection_kwargs["retry"]
+        assert retry.get_retries() == 3
+        assert redis.exceptions.ConnectionError in retry._supported_errors

@@ -29,6 +29,8 @@ import redis
 import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 SENTINEL_SCHEME = "redis+sentinel"
 DEFAULT_SENTINEL_PORT = 26379
@@ -37,6 +39,13 @@ DEFAULT_SERVICE = "mymaster"
 DEFAULT_MAX_CONNECTIONS = 200
 #: How long a command waits for a free connection before PoolExhaustedError.
 POOL_TIMEOUT_SECONDS = 5.0
+
+
+def command_retry() -> Retry:
+    """redis-py's own retry, for connection errors and timeouts: 3 more tries within about a
+    second. Without it (the asyncio default is none), the first command on a connection that
+    Redis dropped (a restart, a failover) failed the user's run although Redis was back."""
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 3)
 
 
 class RedisUrlError(ValueError):
@@ -192,6 +201,7 @@ def connect(
     client) on a pool of at most `max_connections` that waits up to `pool_timeout` seconds
     for a free connection."""
     pool_kwargs = {"max_connections": max_connections, "timeout": pool_timeout}
+    client_kwargs.setdefault("retry", command_retry())
     if not is_sentinel(url):
         pool = _WaitingPool.from_url(url, **client_kwargs, **pool_kwargs)
         return redis.asyncio.Redis.from_pool(pool)
