@@ -197,6 +197,12 @@ async def test_an_empty_or_missing_stream_is_just_empty(audit: Audit) -> None:
     assert audit.ok("tail").startswith("TIME (UTC)")
 
 
+def _terminal_sigint() -> None:
+    """Ctrl-C as in a terminal: a test run started in the background (`cmd &` without job
+    control) ignores SIGINT, and its children would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def follow(audit: Audit, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         str(BIN / "vagent-audit"),
@@ -206,6 +212,7 @@ async def follow(audit: Audit, *args: str) -> asyncio.subprocess.Process:
         env=audit.env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_terminal_sigint,
     )
 
 
