@@ -45,3 +45,8 @@ CREDENTIAL_FETCHES = Counter(
     "Credentials handed to tools, by outcome (cache, registry, missing, denied, unavailable)",
     ["outcome"],
 )
+SEARCH_DEGRADED = Counter(
+    "vagent_graph_search_degraded_total",
+    "Hybrid searches answered by one half because the other failed",
+    ["half"],
+)

@@ -135,6 +135,8 @@ class SearchHit(BaseModel):
     domain: str
     title: str
     section: str = ""
+    category: str = ""
+    tags: list[str] = Field(default_factory=list)
     position: int = Field(ge=0)
     text: str
     score: float

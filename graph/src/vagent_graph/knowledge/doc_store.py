@@ -72,10 +72,15 @@ class DocumentStore:
         flt = document_filter(readers)
         if flt is None:
             return []
+        query = query.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate: "?"
         index = await self.search_index()
         if index is None:
             return []
-        vector = (await self.embedder.embed([query]))[0]
+        vector: np.ndarray | Exception
+        try:
+            vector = (await self.embedder.embed([query]))[0]
+        except Exception as exc:  # the embedding model is down: the full-text half still answers
+            vector = exc
         return await hybrid_search(index, flt, vector, query, k or self.top_k)
 
     async def search_index(self) -> AsyncSearchIndex | None:

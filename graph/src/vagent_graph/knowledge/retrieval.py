@@ -5,27 +5,37 @@ Why both: embeddings find paraphrases ("money for meals abroad" → per diem), f
 finds exact names and codes (TRV-2026, INC-0042) that embeddings blur. Why RRF: the two
 scores are not comparable, ranks are. The filter is inside both Redis queries (a KNN
 pre-filter and a full-text intersection): nothing is filtered after the top-k.
+
+Any text is a valid query: its full-text terms never carry query syntax (query_terms), and
+when one of the two queries fails, the other one answers alone (hybrid_search).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
+import string
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import structlog
 from redisvl.index import AsyncSearchIndex
 from redisvl.query import TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 from redisvl.utils.stopwords import get_stopwords
 
-from vagent_graph.knowledge.doc_filter import DOC_ID, DOMAIN
+from vagent_graph import metrics
+from vagent_graph.knowledge.doc_filter import CATEGORY, DOC_ID, DOMAIN, TAGS
 from vagent_graph.knowledge.doc_index import EMBEDDING, POSITION, SECTION, TEXT, TEXT_WEIGHTS, TITLE
-from vagent_shared.knowledge import SearchHit
+from vagent_shared.knowledge import TAG_SEPARATOR, SearchHit
 
-RETURN_FIELDS = [DOC_ID, DOMAIN, TITLE, SECTION, TEXT, POSITION]
+log = structlog.get_logger(__name__)
+
+RETURN_FIELDS = [DOC_ID, DOMAIN, CATEGORY, TAGS, TITLE, SECTION, TEXT, POSITION]
 #: RRF's constant (Cormack et al. 2009): dampens the weight of the very first ranks.
 RRF_K = 60
 #: A chunk found only by its vector must be at least this similar (cosine) to the query:
@@ -36,14 +46,41 @@ MAX_QUERY_TERMS = 32
 #: must not crowd out every other document that answers the question.
 MAX_CHUNKS_PER_DOCUMENT = 2
 _STOPWORDS = frozenset(get_stopwords("english"))
-_WORD = re.compile(r"\w+")
+#: What splits a query into tokens, as RediSearch splits the indexed text: whitespace, ASCII
+#: control characters and ASCII punctuation except `_` (the index keeps `foo_bar` as one
+#: token; it splits on nothing else: `x—y` is one token). Also the backslash, the query
+#: syntax's escape character, the curly double quotes redisvl's TextQuery deletes from terms,
+#: and surrogates, which are not UTF-8. So TextQuery sends every term exactly as it is.
+_SEPARATOR = r"\s\x00-\x1f\x7f\u201c\u201d\ud800-\udfff" + re.escape(string.punctuation.replace("_", ""))
+_TOKEN = re.compile(rf"[^{_SEPARATOR}]+")
+#: Every term of query_terms matches this (fullmatch): no separator, hence no query syntax
+#: (redisvl's TokenEscaper has nothing to escape, the query lexer reads one plain term), and
+#: at least one letter or digit. A lone `_` is NOT a term: RediSearch's lexer skips it as
+#: punctuation, which leaves `@text:()`, a syntax error.
+TERM = re.compile(rf"(?=[^{_SEPARATOR}]*?[^\W_])[^{_SEPARATOR}]+")
+
+
+def _in_word(c: str) -> bool:
+    """A letter, digit, `_` or combining mark (Devanagari vowel signs, decomposed accents)."""
+    return c.isalnum() or c == "_" or unicodedata.category(c).startswith("M")
+
+
+def _token_terms(token: str) -> list[str]:
+    """The token as the index has it, then, if it holds other characters (`x—y`, `hello🙂`),
+    its words alone (`x`, `y`; `hello`): the text may have them apart."""
+    if all(_in_word(c) for c in token):
+        return [token]
+    return [token, *("".join(run) for word, run in itertools.groupby(token, _in_word) if word)]
 
 
 def query_terms(text: str) -> list[str]:
-    """The words of `text` as the index tokenizes its fields (on punctuation, lower case),
-    without stop words: "TRV-2026?" → ["trv", "2026"]."""
-    words = [w.lower() for w in _WORD.findall(text)]
-    return list(dict.fromkeys(w for w in words if w not in _STOPWORDS))[:MAX_QUERY_TERMS]
+    """The words of `text` as the index tokenizes its fields (split on ASCII punctuation but
+    `_`, lower case), without stop words and without tokens that have no letter or digit
+    (`_`, `🙂`): "TRV-2026?" → ["trv", "2026"], "foo_bar" → ["foo_bar"]. Whatever the
+    text, every term matches TERM, so the full-text query always parses."""
+    terms = (t for token in _TOKEN.findall(text.lower()) for t in _token_terms(token))
+    meaningful = (t for t in terms if t not in _STOPWORDS and TERM.fullmatch(t))
+    return list(dict.fromkeys(meaningful))[:MAX_QUERY_TERMS]
 
 
 @dataclass(frozen=True)
@@ -117,21 +154,49 @@ async def text_candidates(index: AsyncSearchIndex, flt: str, terms: list[str], n
     return _candidates(await index.query(query), with_distance=False)
 
 
+def _tags(value: Any) -> list[str]:
+    return [t for t in str(value or "").split(TAG_SEPARATOR) if t]
+
+
+async def _failed(exc: BaseException) -> list[Candidate]:
+    raise exc
+
+
 async def hybrid_search(
-    index: AsyncSearchIndex, flt: str, vector: np.ndarray, text: str, k: int
+    index: AsyncSearchIndex, flt: str, vector: np.ndarray | BaseException, text: str, k: int
 ) -> list[SearchHit]:
     """The best `k` chunks the filter allows, by vector and by text, both queries in flight
-    at once."""
+    at once. If one of them fails (`vector` may be the error that embedding the query raised),
+    the other answers alone (logged as `search_half_failed`, counted in SEARCH_DEGRADED); if
+    both fail, the vector half's error is raised."""
     n = max(20, 4 * k)
-    by_vector, by_text = await asyncio.gather(
-        vector_candidates(index, flt, vector, n), text_candidates(index, flt, query_terms(text), n)
+    outcomes = await asyncio.gather(
+        _failed(vector) if isinstance(vector, BaseException) else vector_candidates(index, flt, vector, n),
+        text_candidates(index, flt, query_terms(text), n),
+        return_exceptions=True,
     )
+    found: list[list[Candidate]] = []
+    failed: list[tuple[str, Exception]] = []
+    for half, outcome in zip(("vector", "text"), outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, Exception):  # CancelledError and the like: never swallowed
+                raise outcome
+            log.warning("search_half_failed", half=half, error_type=type(outcome).__name__)
+            failed.append((half, outcome))
+        found.append(outcome if isinstance(outcome, list) else [])
+    if len(failed) == len(outcomes):
+        raise failed[0][1]
+    for half, _ in failed:
+        metrics.SEARCH_DEGRADED.labels(half).inc()
+    by_vector, by_text = found
     return [
         SearchHit(
             doc_id=str(c.fields[DOC_ID]),
             domain=str(c.fields[DOMAIN]),
             title=str(c.fields.get(TITLE, "")),
             section=str(c.fields.get(SECTION, "")),
+            category=str(c.fields.get(CATEGORY, "")),
+            tags=_tags(c.fields.get(TAGS)),
             position=int(c.fields.get(POSITION, 0)),
             text=str(c.fields.get(TEXT, "")),
             score=round(score, 6),
