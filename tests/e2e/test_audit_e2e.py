@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.e2e.conftest import Stack
-from tests.e2e.test_bot_e2e import dm_with_bot, group
+from tests.e2e.test_bot_e2e import add_old_record, dm_with_bot, group
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient
 from vagent_shared.audit import AuditEvent
@@ -58,6 +58,7 @@ async def test_every_decision_of_a_conversation_is_on_record_in_order(
     await alice.send(room, "!ai how many records are there?")
     await alice.wait_for_reply(u.bot, room, lambda m: m.body == "Counted them.")
 
+    add_old_record(stack, "2015-03-01")
     llm.push_tool_calls([("delete_records", {"older_than": "2015-06-01"})])
     await alice.send(room, "!ai delete records older than 2015-06-01")
     q = await alice.wait_for_reply(u.bot, room, lambda m: m.body.startswith("❓ Delete"))

@@ -24,6 +24,13 @@ def older_than(stack: Stack, cutoff: str) -> int:
         return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (cutoff,)).fetchone()[0])
 
 
+def add_old_record(stack: Stack, created_at: str) -> None:
+    """One more record, so a delete older than a later date has something to ask about
+    (earlier tests may have deleted the seeded ones, in any order)."""
+    with sqlite3.connect(Path(stack.graph.env["RECORDS_DB_PATH"])) as c:
+        c.execute("INSERT INTO records (customer, amount, created_at) VALUES ('Old', 1, ?)", (created_at,))
+
+
 def reads(text: str) -> Callable[[Msg], bool]:
     """A message whose (latest) body is exactly `text`."""
     return lambda m: m.body == text

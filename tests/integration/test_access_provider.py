@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,13 @@ import httpx
 import pytest
 import yaml
 from procutil import free_port
+from redis.asyncio import Redis
 
 from tests.support.procs import BIN, ServiceProcess
 from vagent_bot.access import AccessProvider, AccessResult
 from vagent_bot.metrics import ACCESS, ACP_ERRORS
+from vagent_shared.audit import AuditEvent
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.logs import configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -556,3 +560,90 @@ async def test_denials_and_failures_are_logged(capsys: pytest.CaptureFixture[str
 async def test_empty_user_or_domain_is_denied_without_asking(provider: AccessProvider) -> None:
     for user, domain in (("", DOMAIN), (ALICE, "")):
         assert await provider.check(user, domain) == AccessResult(False, "provider_error", None)
+
+
+# --------------------------------------------------------------------------- domain mismatch
+
+
+@pytest.mark.parametrize(
+    "answered_domain",
+    ["other.example", "LOCALHOST", "localhost ", "*"],
+    ids=["another_tenant", "case_differs", "trailing_space", "wildcard"],
+)
+async def test_an_answer_for_another_domain_fails_closed_and_is_audited(
+    redis_url: str, capsys: pytest.CaptureFixture[str], answered_domain: str
+) -> None:
+    """A provider that answers (even a superuser with the agent grant) for a domain other than
+    the room's tenant: no access, `domain_mismatch` counted once, an `access_denied` log line
+    with both domains and an `access_denied` audit event naming both, in the real stream."""
+    configure_logging("DEBUG", service="test")
+    stream = f"audit-mismatch-{uuid.uuid4().hex[:8]}"
+    redis = Redis.from_url(redis_url)
+    trail = AuditTrail("bot", redis, stream)
+    trail.start()
+    labels = ("domain_mismatch", "granted", "superuser", "no_agent_grant", "bad_provider_answer")
+    before = {label: _count(ACCESS, label) for label in labels}
+    errors_before = {kind: _count(ACP_ERRORS, kind) for kind in ("bad_answer", "user_mismatch")}
+
+    async def elsewhere(body: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json(body["user_id"], domain=answered_domain))
+
+    try:
+        async with FakeProvider(elsewhere) as fake:
+            p = AccessProvider(fake.url, timeout=5.0, agent_id="vagent", audit=trail)
+            try:
+                result = await p.check(ALICE, DOMAIN)
+            finally:
+                await p.aclose()
+        await trail.flush()
+        entries = await redis.xrange(stream)
+    finally:
+        await trail.aclose()
+        await redis.delete(stream)
+        await redis.aclose()
+
+    assert fake.requests == [{"user_id": ALICE, "domain": DOMAIN}]
+    assert result == AccessResult(False, "domain_mismatch", None)
+    after = {label: _count(ACCESS, label) for label in labels}
+    assert after == {**before, "domain_mismatch": before["domain_mismatch"] + 1}
+    assert {kind: _count(ACP_ERRORS, kind) for kind in errors_before} == errors_before
+
+    events = [AuditEvent.from_stream(fields or {}) for _, fields in entries or []]
+    assert len(events) == 1
+    event = events[0]
+    assert (event.service, event.event_type, event.decision) == ("bot", "access_denied", "denied")
+    assert (event.user_id, event.domain, event.resource) == (ALICE, DOMAIN, "agent:vagent")
+    assert event.reason == (
+        f"domain_mismatch: provider answered domain {answered_domain!r} for tenant {DOMAIN!r}"
+    )
+
+    lines = [json.loads(ln) for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
+    access_lines = [ln for ln in lines if ln.get("logger") == "vagent_bot.access"]
+    assert [ln["event"] for ln in access_lines] == ["access_denied"]
+    denied = access_lines[0]
+    assert denied["level"] == "warning"
+    assert {
+        "user_id": ALICE,
+        "domain": DOMAIN,
+        "active_acl_domain": answered_domain,
+        "reason": "domain_mismatch",
+    }.items() <= denied.items()
+    assert not any(ln.get("event") == "access_granted" for ln in lines)
+
+
+async def test_member_context_of_another_domain_is_still_returned() -> None:
+    """`context()` (other room members) is no access decision: it passes the answer on, and the
+    graph lets a member of another domain read nothing. Nothing is counted as a decision."""
+
+    async def elsewhere(body: dict[str, Any]) -> bytes:
+        return http_response(200, ac_json(body["user_id"], domain="other.example"))
+
+    before = _count(ACCESS, "domain_mismatch")
+    async with FakeProvider(elsewhere) as fake:
+        p = AccessProvider(fake.url, timeout=5.0, agent_id="vagent")
+        try:
+            ac = await p.context(DAVE, DOMAIN)
+        finally:
+            await p.aclose()
+    assert ac is not None and ac.active_acl_domain == "other.example"
+    assert _count(ACCESS, "domain_mismatch") == before

@@ -301,6 +301,28 @@ async def test_feedback_for_a_stale_interrupt_id_is_409(
     assert r.status_code == 200 and r.json() == {"success": True, "message": "Red it is."}
 
 
+async def test_an_answer_that_looks_like_a_secret_is_refused_and_the_question_stays(
+    client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer, redis_url: str
+) -> None:
+    """The bot refuses such answers first; a client calling the API directly is refused too,
+    and the key reaches neither the checkpoint, the log nor the model."""
+    sid = new_session()
+    llm_server.push_tool_calls([("ask_user", {"question": "Please paste your API key."})])
+    events = await post_sse(client, PM, message_body(sid, "connect my account"), graph.headers)
+    assert isinstance(events[-2], HitlRequest)
+    key = "live-key-7Qx2b9LmPz4Kw8Rt3Vn6"
+    r = await client.post(FB, json={"session_id": sid.format(), "response": key}, headers=graph.headers)
+    assert r.status_code == 422 and r.json()["error_code"] == "answer_looks_like_secret"
+    assert key not in r.text
+    llm_server.push_text("Understood.")
+    answered = await post_sse(
+        client, FB, {"session_id": sid.format(), "response": "I have none"}, graph.headers
+    )
+    assert kinds(answered)[-2:] == ["text_final", "done"]  # the question was still open
+    assert not any(key in k + v for k, v in (await dump_redis(redis_url)).items())
+    assert key not in graph.logs() and key not in str(llm_server.requests)
+
+
 async def test_one_run_per_session_at_a_time(
     client: httpx.AsyncClient, graph: GraphProcess, llm_server: ScriptedLLMServer
 ) -> None:

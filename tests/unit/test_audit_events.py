@@ -29,6 +29,13 @@ def test_secrets_are_removed_by_name_and_by_shape() -> None:
     assert out["headers"]["X-Trace"] == "t"
 
 
+def test_a_key_inside_a_free_text_argument_is_masked_and_the_rest_kept() -> None:
+    key = "sk-proj-4f9c2a7b1e8d3c6a9f0b2d4e"
+    out = scrub_arguments({"title": f"rotate {key} today", "customer": "dev-key-7f3c9a2e51b84d06x"}, True)
+    assert key not in json.dumps(out) and "7f3c9a2e51b84d06" not in json.dumps(out)
+    assert out["title"] == f"rotate {REDACTED} today" and out["customer"] == REDACTED
+
+
 def test_message_bodies_are_kept_only_when_configured() -> None:
     args = {"title": "VPN down", "description": "my home address is 1 Main St", "priority": "high"}
     out = scrub_arguments(args)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from vagent_bot.http import proxy_for
 from vagent_bot.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
 from vagent_shared.access import AcContext, agent, instance_matches
+from vagent_shared.audit import AuditEventType
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.wire import AuthenticateRequest
 
@@ -33,6 +35,9 @@ PROVIDER_DENIED: Final = "provider_denied"
 PROVIDER_ERROR: Final = "provider_error"
 PROVIDER_TIMEOUT: Final = "provider_timeout"
 BAD_PROVIDER_ANSWER: Final = "bad_provider_answer"
+DOMAIN_MISMATCH: Final = "domain_mismatch"
+#: How much of a provider's (unexpected) domain a log line or audit reason quotes.
+_MAX_QUOTED_DOMAIN = 200
 
 
 def _role_grants_agent(ac: AcContext, agent_id: str) -> bool:
@@ -81,7 +86,8 @@ def _validated(user_id: str, status: int, raw: bytes) -> _Fetched:
 
 @dataclass(frozen=True)
 class AccessResult:
-    """The outcome of one check. `ac` is set whenever the provider answered a valid AcContext."""
+    """The outcome of one check. `ac` is set whenever the provider answered a valid AcContext
+    for the domain asked about (never one of another domain)."""
 
     allowed: bool
     reason: str
@@ -137,9 +143,11 @@ class AccessProvider:
             return self._decide(user_id, domain, PROVIDER_DENIED, None, **got.extra)
         ac = got.ac
         if ac.active_acl_domain != domain:
-            log.warning(
-                "acp_domain_differs", user_id=user_id, domain=domain, active_acl_domain=ac.active_acl_domain
-            )
+            # Roles of another domain say nothing about this tenant: deny (fail closed).
+            answered = ac.active_acl_domain[:_MAX_QUOTED_DOMAIN]
+            why = f"{DOMAIN_MISMATCH}: provider answered domain {answered!r} for tenant {domain!r}"
+            extra = {"active_acl_domain": answered}
+            return self._conclude(user_id, domain, DOMAIN_MISMATCH, None, "access_denied", why, extra)
         if _role_grants_agent(ac, self.agent_id):
             return self._decide(user_id, domain, GRANTED, ac)
         if ac.is_superuser():
@@ -200,6 +208,20 @@ class AccessProvider:
         self, user_id: str, domain: str, reason: str, ac: AcContext | None, **extra: object
     ) -> AccessResult:
         """Count and audit-log a decision the provider's answer supports."""
+        return self._conclude(user_id, domain, reason, ac, "agent_access", reason, extra)
+
+    def _conclude(
+        self,
+        user_id: str,
+        domain: str,
+        reason: str,
+        ac: AcContext | None,
+        event_type: AuditEventType,
+        audit_reason: str,
+        extra: Mapping[str, object],
+    ) -> AccessResult:
+        """Count, log (`access_granted` / `access_denied` with `extra`) and record in the audit
+        trail (`event_type`, `audit_reason`) one decision."""
         allowed = reason in (GRANTED, SUPERUSER)
         ACCESS.labels(reason).inc()
         if allowed:
@@ -215,12 +237,12 @@ class AccessProvider:
             )
         if self.audit is not None:
             self.audit.record(
-                "agent_access",
+                event_type,
                 user_id=user_id,
                 domain=domain,
                 resource=agent(self.agent_id),
                 decision="allowed" if allowed else "denied",
-                reason=reason,
+                reason=audit_reason,
             )
         return AccessResult(allowed=allowed, reason=reason, ac=ac)
 

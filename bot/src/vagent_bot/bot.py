@@ -26,7 +26,7 @@ from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.invites import invite_allowed
-from vagent_bot.questions import OpenStream, Questions
+from vagent_bot.questions import OpenStream, Questions, loggable
 from vagent_bot.responder import Answer
 from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
 from vagent_bot.sessions import SessionWorkers
@@ -236,7 +236,7 @@ class VagentBot:
             msg.thread_root and await self.redis.exists(redis_keys.bot_thread(msg.room_id, msg.thread_root))
         )
         decision = self._decide(msg, is_dm=is_dm, replied_to=replied_to, in_thread=in_thread)
-        log.debug("message", session_id=sid.format(), decision=decision.reason, body=msg.body)
+        log.debug("message", session_id=sid.format(), decision=decision.reason, body=loggable(msg.body))
 
         # The provider is the slowest step before the graph: ask it (about the sender, and
         # about the room's other members) while Redis answers. A DM starts no audience at all.

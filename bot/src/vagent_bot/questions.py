@@ -6,6 +6,12 @@ the answer resumes the graph run, streamed like any other answer. The room's aud
 resolved afresh for the answer: people may have joined or left while the question waited.
 The asking side (saving the question when the graph sends one) is part of relaying the
 graph's answer.
+
+An answer that looks like a secret (a password, key or token, or a random-looking word given
+to a question that asked for one: `secret_answer`) is refused
+before anything else: the graph's `ask_user` lets the model ask for anything, and an answer
+would be checkpointed and sent to the model. The question stays pending (the user may answer
+again), the user is warned once, and the text is never logged, stored or passed on.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
 import structlog
 
@@ -29,10 +36,45 @@ from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import SSEEvent
 from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
 from vagent_shared.knowledge import Audience
+from vagent_shared.secrets import looks_like_secret, secret_answer
 from vagent_shared.session import SessionId
 from vagent_shared.wire import FeedbackRequest
 
 log = structlog.get_logger(__name__)
+
+#: What a log line shows instead of a text that looks like a secret.
+WITHHELD: Final = "[withheld: looks like a secret]"
+#: The one reply to an answer that looks like a secret (it never quotes the answer).
+REFUSED_NOTICE: Final = (
+    "🔒 That looks like a password, key or token, so I did not pass it on. Never share secrets "
+    "here: answer without it, or say no. If it was a real one, change it now."
+)
+
+
+def loggable(text: str) -> str:
+    """`text` as a log line may show it: withheld when it looks like a secret."""
+    return WITHHELD if looks_like_secret(text) else text
+
+
+@dataclass(frozen=True)
+class AnswerCheck:
+    """What a message means for a pending question. `kind`: `secret` (refused, the question
+    stays pending), `invalid` (no option matches) or `answer` (`answer` is set: the option as
+    spelled in the question, or the free text)."""
+
+    kind: Literal["secret", "invalid", "answer"]
+    answer: str | None = None
+
+
+def check_answer(text: str, options: list[str] | tuple[str, ...], question: str = "") -> AnswerCheck:
+    """The raw `text` is checked for a secret before it is normalised: a key sent to a yes/no
+    question is refused as a secret, not re-asked as "please answer yes or no". `question`:
+    what was asked (a question asking for a key makes any key-like word a secret)."""
+    if secret_answer(text, question):
+        return AnswerCheck("secret")
+    answer = normalize_answer(text, options)
+    return AnswerCheck("invalid") if answer is None else AnswerCheck("answer", answer)
+
 
 OpenStream = Callable[[], AsyncIterator[SSEEvent]]
 CheckAccess = Callable[[str, str], Coroutine[Any, Any, AccessResult | None]]
@@ -74,8 +116,8 @@ class Questions:
     ) -> None:
         """`early_access`, `early_audience`: the access check and the audience already under
         way for this message, if any."""
-        answer = normalize_answer(text, pending.options)
-        if answer is None:
+        checked = check_answer(text, pending.options, pending.question)
+        if checked.answer is None:
             if early_audience is not None:
                 early_audience.cancel()  # no graph call follows
             if not addressed:
@@ -84,9 +126,20 @@ class Questions:
                 return  # group chatter by the same user is not an answer attempt
             access = await (early_access or self._check_access(msg.room_id, msg.sender))
             if access is None:
+                return  # a denied user learns nothing, not even that this looked like a secret
+            target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
+            if checked.kind == "secret":
+                metrics.HITL.labels("secret_refused").inc()
+                log.warning(
+                    "hitl_secret_refused",
+                    session_id=pending.session_id,
+                    user_id=msg.sender,
+                    event_id=msg.event_id,
+                    chars=len(text),
+                )
+                await target.notice(REFUSED_NOTICE)
                 return
             metrics.HITL.labels("invalid_answer").inc()
-            target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
             options = " or ".join(pending.options) if pending.options else "an answer"
             await target.notice(
                 f"Please answer {options}. {format_question(pending.question, pending.options)}"
@@ -96,7 +149,7 @@ class Questions:
             msg.room_id,
             msg.sender,
             pending,
-            answer,
+            checked.answer,
             reply_to=msg.event_id,
             sent_at=msg.server_ts / 1000,
             early_access=early_access,
@@ -151,7 +204,10 @@ class Questions:
         if await self.hitl.consume(pending.session_id) is None:
             return  # expired or already answered (another process, a double click)
         metrics.HITL.labels("answered").inc()
-        log.info("hitl_answered", session_id=pending.session_id, answer=answer)
+        if pending.options:  # one of the question's options
+            log.info("hitl_answered", session_id=pending.session_id, answer=loggable(answer))
+        else:  # free text: what people wrote is not logged, only how long it was
+            log.info("hitl_answered", session_id=pending.session_id, answer_chars=len(answer))
         self._audit_answer(user_id, pending, answer, access)
         req = FeedbackRequest(
             session_id=pending.session_id,

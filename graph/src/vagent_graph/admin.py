@@ -27,6 +27,7 @@ from vagent_graph.tools import Services
 from vagent_shared.http_errors import api_error
 from vagent_shared.knowledge import (
     DeleteResult,
+    DocId,
     DocumentInfo,
     DocumentList,
     Domain,
@@ -38,6 +39,31 @@ from vagent_shared.wire import ErrorResponse
 
 log = structlog.get_logger(__name__)
 _DOMAIN: TypeAdapter[str] = TypeAdapter(Domain)
+_DOC_ID: TypeAdapter[str] = TypeAdapter(DocId)
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first problem of `exc` as a short sentence, without pydantic's `Value error, `."""
+    errors = exc.errors()
+    msg = str(errors[0]["msg"]) if errors else "invalid"
+    return msg.removeprefix("Value error, ")
+
+
+def _valid_name(adapter: TypeAdapter[str], field: str, value: str) -> str:
+    """A path (or query) value checked on its own, so that a 422 names it: error code
+    `invalid_{field}`, message `{field}: {problem}` (never "body": the body may be fine)."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise api_error(422, f"invalid_{field}", f"{field}: {_first_problem(exc)}") from None
+
+
+def valid_domain(domain: str) -> str:
+    return _valid_name(_DOMAIN, "domain", domain)
+
+
+def valid_doc_id(doc_id: str) -> str:
+    return _valid_name(_DOC_ID, "doc_id", doc_id)
 
 
 async def require_admin_token(request: Request) -> None:
@@ -94,6 +120,8 @@ async def list_documents(
     store: DocumentStore = Depends(documents), domain: str | None = None
 ) -> DocumentList:
     """Every ingested document (of one domain)."""
+    if domain is not None:
+        domain = valid_domain(domain)
     try:
         return DocumentList(documents=await store.documents(domain))
     except STORE_ERRORS as exc:
@@ -133,6 +161,7 @@ async def put_document(
 ) -> DocumentInfo:
     """Add or replace a document (the body is the file). Replacing is atomic: searches see
     the old version or the new one, never a mix. 201 when new, 200 when replaced."""
+    domain, doc_id = valid_domain(domain), valid_doc_id(doc_id)
     try:
         doc = spec(
             doc_id=doc_id,
@@ -159,6 +188,7 @@ async def delete_document(
     domain: str, doc_id: str, store: DocumentStore = Depends(documents)
 ) -> DeleteResult:
     """Remove a document and all its chunks."""
+    domain, doc_id = valid_domain(domain), valid_doc_id(doc_id)
     try:
         result = await store.delete(domain, doc_id)
     except STORE_ERRORS as exc:
@@ -176,13 +206,12 @@ async def put_entities(
     store: EntityStore = Depends(entity_store),
 ) -> EntityLoadResult:
     """Load entities and relations (JSON: {"entities": [...], "relations": [...]})."""
+    domain = valid_domain(domain)
     try:
-        domain = _DOMAIN.validate_python(domain)
         graph = EntityGraph.model_validate_json(await request.body())
     except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid"}
-        where = ".".join(map(str, first["loc"])) or "body"
-        raise api_error(422, "invalid_entities", f"{where}: {first['msg']}") from None
+        where = ".".join(map(str, exc.errors()[0]["loc"])) if exc.errors() else ""
+        raise api_error(422, "invalid_entities", f"{where or 'body'}: {_first_problem(exc)}") from None
     try:
         return await store.load(domain, graph, replace=replace)
     except EntityStoreError as exc:  # e.g. the graph module is not loaded in this Redis

@@ -26,6 +26,7 @@ from vagent_graph.storage import end_of_run
 from vagent_graph.workflow import new_turn_input
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error
+from vagent_shared.secrets import looks_like_secret
 from vagent_shared.wire import (
     ErrorResponse,
     FeedbackAck,
@@ -212,6 +213,14 @@ async def process_message(body: ProcessMessageRequest, r: RuntimeDep) -> EventSo
 async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep) -> Response:
     """Resume the session's paused workflow with the human's answer."""
     structlog.contextvars.bind_contextvars(session_id=body.session_id)
+    if looks_like_secret(body.response):  # the bot refuses these first; any other client too
+        metrics.HITL_RESUMES.labels("secret_refused").inc()
+        raise api_error(
+            422,
+            "answer_looks_like_secret",
+            "response: looks like a password, key or token, so it was not accepted (the question "
+            "is still open). Answer without it.",
+        )
     lock = await acquire(r, body.session_id)
     try:
         state = await r.graph.aget_state(run_config(body.session_id))

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from vagent_shared.secrets import mask_secrets
+
 AuditEventType = Literal[
     "agent_access",  # bot: may this user use the agent at all
     "tool_offered",  # graph: the set of tools the model was shown
@@ -89,7 +91,7 @@ def scrub(value: Any, include_content: bool = False, depth: int = 0, key: str = 
     if depth > 3:
         return "[nested]"
     if isinstance(value, str):
-        return _truncate(_BEARER.sub(REDACTED, value), MAX_VALUE_CHARS)
+        return _truncate(mask_secrets(_BEARER.sub(REDACTED, value), REDACTED), MAX_VALUE_CHARS)
     if isinstance(value, Mapping):
         items = list(value.items())[:MAX_ITEMS]
         return {str(k)[:64]: scrub(v, include_content, depth + 1, str(k)) for k, v in items}
