@@ -45,7 +45,7 @@ def sha(key: str) -> str:
 class Stack:
     """The registry, the ticket service and the graph, each a real process."""
 
-    def __init__(self, tmp: Path, redis_url: str, llm_url: str) -> None:
+    def __init__(self, tmp: Path, redis_url: str, llm_url: str, **graph_env: str) -> None:
         seed = tmp / "tickets.yaml"
         shutil.copy(ROOT / "deploy/dev/tickets.yaml", seed)
         cport, tport = free_port(), free_port()
@@ -79,6 +79,7 @@ class Stack:
             CREDENTIAL_MISSING_HELP=HELP,
             TICKETS_URL=self.tickets_url,
             AUDIT_STREAM=self.stream,
+            **graph_env,
         )
         self.events: list[SSEEvent] = []
 

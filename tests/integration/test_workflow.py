@@ -299,7 +299,7 @@ async def _confirm_echo(h: Harness, llm_server: ScriptedLLMServer) -> None:
     sid = new_session().format()
     llm_server.push_tool_calls([("echo", {"text": "hi"})])
     q = question(await h.say(sid, "echo hi", ac(instances=["tool:echo"])))
-    assert q.question.startswith("Run echo with") and q.options == ["yes", "no"]
+    assert q.question == "Run echo?\ntext: `hi`" and q.options == ["yes", "no"]
     assert llm_server.offered_tool_names(0) == ["echo"]
     llm_server.push_text("Echoed.")
     assert final(await h.answer(sid, "yes")) == "Echoed."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -11,7 +12,14 @@ import pytest
 from tests.support.factories import ac
 from vagent_graph.tools import Services
 from vagent_graph.tools.records import RecordsDb, count_older_than, ensure_records_db
-from vagent_graph.tools.registry import ToolContext, default_registry, result_text
+from vagent_graph.tools.registry import (
+    Changed,
+    NothingToDo,
+    Prepared,
+    ToolContext,
+    default_registry,
+    result_text,
+)
 
 REG = default_registry()
 
@@ -82,13 +90,42 @@ async def test_database_query_answers_a_table(ctx: ToolContext) -> None:
     assert "only the first 50 rows" in big
 
 
-async def test_delete_question_states_the_real_count(ctx: ToolContext) -> None:
+async def test_delete_states_the_real_count_and_deletes_exactly_those(ctx: ToolContext) -> None:
     tool = REG.get("delete_records")
-    assert tool is not None and tool.ask is not None
+    assert tool is not None and tool.prepare is not None and tool.ask is None
     args = tool.args_model(older_than="2019-01-01")
     n = count_older_than(ctx.services.get(RecordsDb).path, date(2019, 1, 1))
-    q = await tool.ask(args, ctx)
-    assert q is not None and q.text == f"Delete {n} records older than 2019-01-01?"
-    assert q.options == ["yes", "no"] and q.kind == "confirm"
-    assert await tool.run(args, ctx, "yes") == f"Deleted {n} records older than 2019-01-01."
-    assert await tool.ask(args, ctx) is None  # nothing left: nothing to confirm
+    prepared = await tool.prepare(args, ctx)
+    assert isinstance(prepared, Prepared) and prepared.action == f"Delete {n} records older than 2019-01-01"
+    done = await tool.run(args, replace(ctx, plan=prepared.plan), "yes")
+    assert done == f"Deleted {n} records older than 2019-01-01."
+    nothing = await tool.prepare(args, ctx)  # nothing left: nothing to confirm, nothing runs
+    assert isinstance(nothing, NothingToDo) and "nothing was deleted" in nothing.text
+
+
+async def test_delete_without_a_confirmed_plan_deletes_nothing(ctx: ToolContext) -> None:
+    tool = REG.get("delete_records")
+    assert tool is not None
+    before = rows(ctx)
+    out = await tool.run(tool.args_model(older_than="2030-01-01"), ctx, "yes")
+    assert out == "Nothing was deleted: the deletion was not confirmed." and rows(ctx) == before
+
+
+async def test_rows_added_after_the_question_are_never_deleted(ctx: ToolContext) -> None:
+    """The confirmed plan is the counted rows: one more matching row and nothing is deleted;
+    the tool answers Changed with the new figure instead."""
+    tool = REG.get("delete_records")
+    assert tool is not None and tool.prepare is not None
+    args = tool.args_model(older_than="2016-01-01")
+    prepared = await tool.prepare(args, ctx)
+    assert isinstance(prepared, Prepared)
+    n = prepared.plan["count"]
+    with sqlite3.connect(ctx.services.get(RecordsDb).path) as c:
+        c.execute("INSERT INTO records (customer, amount, created_at) VALUES ('Late', 1, '2015-03-03')")
+    before = rows(ctx)
+    changed = await tool.run(args, replace(ctx, plan=prepared.plan), "yes")
+    assert isinstance(changed, Changed) and rows(ctx) == before
+    assert changed.prepared.action == f"Delete {n + 1} records older than 2016-01-01"
+    assert f"{n} records then" in changed.reason
+    again = await tool.run(args, replace(ctx, plan=changed.prepared.plan), "yes")
+    assert again == f"Deleted {n + 1} records older than 2016-01-01." and rows(ctx) == before - n - 1

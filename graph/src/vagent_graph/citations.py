@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
+from pydantic import BaseModel
 
 from vagent_shared.knowledge import SourceRef
 
@@ -22,11 +23,15 @@ _CITED = re.compile(r"\[(\d{1,3})\]")
 SOURCES_HEADING = "Sources:"
 
 
-def artifact_for(sources: Sequence[SourceRef]) -> dict[str, Any] | None:
-    """What a ToolMessage keeps of a tool's sources (plain JSON: it is checkpointed)."""
-    if not sources:
-        return None
-    return {"sources": [s.model_dump() for s in sources]}
+def artifact_for(sources: Sequence[SourceRef], scope: BaseModel | None = None) -> dict[str, Any] | None:
+    """What a ToolMessage keeps of a tool's sources and of what its result was derived from
+    (scope.py), as plain JSON: it is checkpointed."""
+    out: dict[str, Any] = {}
+    if sources:
+        out["sources"] = [s.model_dump() for s in sources]
+    if scope is not None:
+        out["scope"] = scope.model_dump(mode="json")
+    return out or None
 
 
 def turn_sources(messages: Sequence[AnyMessage]) -> tuple[SourceRef, ...]:

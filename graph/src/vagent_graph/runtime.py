@@ -109,6 +109,7 @@ async def open_runtime(
             model_label=label,
             services=services,
             credential_help=settings.CREDENTIAL_MISSING_HELP,
+            personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
         )
         yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
     finally:

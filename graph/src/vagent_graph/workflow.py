@@ -11,7 +11,7 @@ question-building code, never an already executed tool.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 import structlog
 from langchain_core.language_models import BaseChatModel
@@ -27,15 +27,28 @@ from pydantic import ValidationError
 from vagent_graph import metrics
 from vagent_graph.access import check_invocation, visible_tools
 from vagent_graph.agent import AgentDescriptor
+from vagent_graph.approval import Approval, approval_for, in_group, matches, readers_changed
 from vagent_graph.audit import audit
 from vagent_graph.citations import artifact_for, turn_sources, with_sources
 from vagent_graph.credentials import CredentialError, CredentialMissing, CredentialRegistry
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm
 from vagent_graph.hitl import ask_human
 from vagent_graph.runner import text_of
-from vagent_graph.tools.registry import Question, Services, Tool, ToolContext, ToolRegistry, ToolResult
+from vagent_graph.scope import Readership, ResultScope, visible_history
+from vagent_graph.tools.registry import (
+    Changed,
+    NothingToDo,
+    Prepared,
+    Question,
+    Services,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+)
 from vagent_shared.access import AcContext
 from vagent_shared.audit import AuditEventType, Decision
+from vagent_shared.hitl import YES, YES_NO
 from vagent_shared.knowledge import Audience
 
 log = structlog.get_logger(__name__)
@@ -48,6 +61,13 @@ class AgentState(TypedDict, total=False):
     ac_context: dict[str, Any]
     llm_calls: int
     stopped: bool
+    #: The confirmation being asked for the next tool call (`Workflow._confirmation`): the
+    #: exact question shown and the plan "yes" runs, saved BEFORE the question is asked, so a
+    #: resume never rebuilds (and never changes) what the human is answering.
+    action: dict[str, Any] | None
+
+
+PersonalResults = Literal["ask", "allow", "deny"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +79,8 @@ class Deps:
     services: Services
     #: CREDENTIAL_MISSING_HELP: what a user without a credential is told to do.
     credential_help: str = "Ask your administrator to add one for you."
+    #: PERSONAL_RESULTS_IN_GROUPS: a personal tool's result in a group room.
+    personal_results: PersonalResults = "ask"
 
 
 def session_of(config: RunnableConfig) -> str:
@@ -92,6 +114,42 @@ def pending_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
     return []
 
 
+@dataclass(frozen=True)
+class Confirm:
+    """A call that needs the human's yes first: store `action`, then ask its question."""
+
+    action: Approval
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call as the model made it: what every outcome needs."""
+
+    id: str
+    name: str
+    raw_args: dict[str, Any]
+
+    def reply(
+        self, text: str, status: str = "success", artifact: dict[str, Any] | None = None
+    ) -> ToolMessage:
+        return ToolMessage(
+            content=text, tool_call_id=self.id, name=self.name, status=status, artifact=artifact
+        )
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """Nothing stands between the call and its run any more: the plan to run it with, and
+    whether a human confirmed it."""
+
+    plan: dict[str, Any] | None = None
+    confirmed: bool = False
+
+
+#: A finished call: the tool message, and whether the run stops (a question nobody answered).
+Outcome = tuple[ToolMessage, bool]
+
+
 class Workflow:
     def __init__(self, deps: Deps) -> None:
         self.d = deps
@@ -123,7 +181,10 @@ class Workflow:
             metadata={"tools": [t.name for t in tools]},
         )
         model: Any = d.llm.bind_tools([t.openai_schema() for t in tools]) if tools else d.llm
-        history = window_for_llm(state.get("messages", []), d.agent.history.max_context_tokens)
+        # What the readers of THIS answer may read: results of earlier turns (or of this one,
+        # before a pause) retrieved for other readers are withheld (scope.py).
+        messages = visible_history(state.get("messages", []), Readership(ac, audience_of(config)).may_read)
+        history = window_for_llm(messages, d.agent.history.max_context_tokens)
         try:
             ai: AIMessage = await model.ainvoke(
                 [SystemMessage(content=d.agent.system_prompt), *history], config
@@ -136,7 +197,7 @@ class Workflow:
             metrics.LLM_TOKENS.labels(d.model_label, "input").inc(ai.usage_metadata["input_tokens"])
             metrics.LLM_TOKENS.labels(d.model_label, "output").inc(ai.usage_metadata["output_tokens"])
         if not ai.tool_calls:
-            sources = turn_sources(state.get("messages", []))
+            sources = turn_sources(messages)
             if sources:  # the final answer names the documents it used
                 ai = ai.model_copy(update={"content": with_sources(text_of(ai), sources)})
         out: list[Any] = [ai]
@@ -145,92 +206,206 @@ class Workflow:
         return {"messages": out, "llm_calls": calls + 1}
 
     async def tools(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        pending = pending_calls(state.get("messages", []))
+        messages = state.get("messages", [])
+        pending = pending_calls(messages)
         if not pending:
             return {}
         call = pending[0]
+        ac = AcContext.model_validate(state.get("ac_context") or {})
+        audience = audience_of(config)
         ctx = ToolContext(
-            ac=AcContext.model_validate(state.get("ac_context") or {}),
+            ac=ac,
             session_id=session_of(config),
             services=self.d.services,
-            audience=audience_of(config),
-            sources=turn_sources(state.get("messages", [])),
+            audience=audience,
+            sources=turn_sources(visible_history(messages, Readership(ac, audience).may_read)),
         )
-        result, cancelled = await self._execute(call, ctx)
+        step = await self._execute(call, ctx, state.get("action"))
+        if isinstance(step, Confirm):
+            return {"action": step.action}
+        result, cancelled = step
         if cancelled:
             rest = [
                 ToolMessage(content=CANCELLED_TOOL_RESULT, tool_call_id=c["id"], name=c["name"])
                 for c in pending[1:]
             ]
-            return {"messages": [result, *rest], "stopped": True}
-        return {"messages": [result]}
+            return {"messages": [result, *rest], "stopped": True, "action": None}
+        return {"messages": [result], "action": None}
 
-    async def _execute(self, call: dict[str, Any], ctx: ToolContext) -> tuple[ToolMessage, bool]:
-        d, name, call_id, ac = self.d, str(call.get("name", "")), str(call.get("id", "")), ctx.ac
+    async def _execute(
+        self, raw: dict[str, Any], ctx: ToolContext, stored: Approval | None
+    ) -> Outcome | Confirm:
+        """One call: access and arguments, the confirmation (asked from what `stored` holds,
+        never rebuilt), an input question, the credential, the run. Everything before an
+        interrupt() here runs again on resume, so it must be safe to repeat."""
+        args = raw.get("args")
+        call = Call(str(raw.get("id", "")), str(raw.get("name", "")), args if isinstance(args, dict) else {})
+        checked = self._checked(call, ctx)
+        if isinstance(checked, ToolMessage):
+            return checked, False
+        tool, parsed = checked
+        gate = await self._gate(call, tool, parsed, ctx, stored)
+        if not isinstance(gate, Cleared):
+            return gate
+        answer: str | None = None
+        if tool.ask is not None:  # a question whose answer the tool needs (ask_user)
+            question = await tool.ask(parsed, ctx)
+            if question is not None:
+                answered = self._ask(call, ctx, question)
+                if not isinstance(answered, str):
+                    return answered
+                answer, gate = answered, replace(gate, confirmed=gate.confirmed or question.kind == "confirm")
+        return await self._run(call, tool, parsed, ctx, gate, answer)
 
-        def reply(text: str | ToolResult, status: str = "success") -> ToolMessage:
-            if isinstance(text, ToolResult):
-                return ToolMessage(
-                    content=text.text,
-                    tool_call_id=call_id,
-                    name=name,
-                    status=status,
-                    artifact=artifact_for(text.sources),
-                )
-            return ToolMessage(content=text, tool_call_id=call_id, name=name, status=status)
-
-        decision = check_invocation(name, d.registry, d.agent, ac)
+    def _checked(self, call: Call, ctx: ToolContext) -> ToolMessage | tuple[Tool, Any]:
+        """The tool and its validated arguments, or the refusal the model reads."""
+        d = self.d
+        decision = check_invocation(call.name, d.registry, d.agent, ctx.ac)
         if not decision.allowed or decision.tool is None:
             log.warning(
-                "security.tool_call_denied", tool=name[:100], reason=decision.reason, user_id=ac.user_id
+                "security.tool_call_denied",
+                tool=call.name[:100],
+                reason=decision.reason,
+                user_id=ctx.ac.user_id,
             )
-            self._audit_tool(ctx, "access_denied", name, "denied", decision.reason)
+            self._audit_tool(ctx, "access_denied", call.name, "denied", decision.reason)
             metrics.SECURITY_EVENTS.labels("tool_call_denied").inc()
-            metrics.TOOL_CALLS.labels(name if name in d.registry else "unknown", "denied").inc()
-            return reply(
-                f"Access denied: the tool '{name[:100]}' is not available to this user.", "error"
-            ), False
-        tool = decision.tool
+            metrics.TOOL_CALLS.labels(call.name if call.name in d.registry else "unknown", "denied").inc()
+            return call.reply(
+                f"Access denied: the tool '{call.name[:100]}' is not available to this user.", "error"
+            )
         try:
-            args = tool.args_model.model_validate(call.get("args") or {})
+            return decision.tool, decision.tool.args_model.model_validate(call.raw_args)
         except ValidationError as exc:
-            metrics.TOOL_CALLS.labels(name, "invalid_args").inc()
+            metrics.TOOL_CALLS.labels(call.name, "invalid_args").inc()
             errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            return reply(f"Invalid arguments for {name}: {errs}", "error"), False
+            return call.reply(f"Invalid arguments for {call.name}: {errs}", "error")
 
-        # A tool with its own `ask` decides (None: nothing to confirm, e.g. 0 rows to delete);
-        # other tools that need confirmation get a generic yes/no question.
-        question = await tool.ask(args, ctx) if tool.ask else None
-        if tool.ask is None and d.agent.needs_confirmation(name, tool.requires_confirmation):
-            question = Question(text=f"Run {name} with {args.model_dump_json()}?", options=["yes", "no"])
-        answer: str | None = None
-        if question is not None:
-            answer = ask_human(question, d.agent.hitl.timeout_seconds)
-            if answer is None:
-                metrics.TOOL_CALLS.labels(name, "cancelled").inc()
-                self._audit_tool(ctx, "tool_access", name, "expired", "the question was not answered")
-                return reply(CANCELLED_TOOL_RESULT), True
-            if question.kind == "confirm" and answer.lower() != "yes":
+    async def _gate(
+        self, call: Call, tool: Tool, args: Any, ctx: ToolContext, stored: Approval | None
+    ) -> Cleared | Confirm | Outcome:
+        """Whatever must happen before the call runs: a personal result refused in a group
+        room, the plan, and the human's yes to exactly this call (asked from `stored`)."""
+        d, name = self.d, call.name
+        personal = tool.is_personal and in_group(ctx.audience)
+        if personal and d.personal_results == "deny":
+            metrics.TOOL_CALLS.labels(name, "personal_denied").inc()
+            self._audit_tool(ctx, "tool_access", name, "denied", "personal result in a group room", call)
+            text = (
+                f"{name} was NOT run: it shows the user's own data, which is not shared in group rooms "
+                "here. Suggest asking in a direct message with the bot."
+            )
+            return call.reply(text, "error"), False
+        confirm = d.agent.needs_confirmation(name, tool.requires_confirmation)
+        ask_personal = personal and d.personal_results == "ask"
+        arguments = args.model_dump(mode="json")
+        if stored is not None and matches(stored, call.id, name, arguments):
+            # Asked already (this is the resume): the answer applies to what was shown.
+            answer = self._ask(call, ctx, Question(text=str(stored["question"]), options=list(YES_NO)))
+            if not isinstance(answer, str):
+                return answer
+            if answer.lower() != YES:
                 metrics.TOOL_CALLS.labels(name, "declined").inc()
                 self._audit_tool(ctx, "tool_access", name, "declined", "the user declined", call)
-                return reply(f"The user declined. {name} was NOT run; nothing was changed."), False
+                return call.reply(f"The user declined. {name} was NOT run; nothing was changed."), False
+            if ask_personal and readers_changed(stored, ctx.audience):
+                note = "The people in this room changed since I asked."
+                return await self._approval(call, tool, args, ctx, confirm, ask_personal, note)
+            return Cleared(dict(stored.get("plan") or {}), confirmed=True)
+        if confirm or ask_personal:
+            return await self._approval(call, tool, args, ctx, confirm, ask_personal)
+        if tool.prepare is None:
+            return Cleared()
+        prepared = await tool.prepare(args, ctx)
+        if isinstance(prepared, NothingToDo):
+            return self._nothing_to_do(call, ctx, prepared)
+        return Cleared(prepared.plan)
 
+    async def _approval(
+        self,
+        call: Call,
+        tool: Tool,
+        args: Any,
+        ctx: ToolContext,
+        confirm: bool,
+        personal: bool,
+        *notes: str,
+        prepared: Prepared | None = None,
+    ) -> Confirm | Outcome:
+        """The question for this call, to be saved before it is asked (or, when the tool has
+        nothing to do, the answer that says so)."""
+        if prepared is None:
+            found = await tool.prepare(args, ctx) if tool.prepare else Prepared(action=f"Run {tool.name}")
+            if isinstance(found, NothingToDo):
+                return self._nothing_to_do(call, ctx, found)
+            prepared = found
+        arguments = args.model_dump(mode="json")
+        approval = approval_for(
+            call.id, tool, arguments, prepared, ctx.audience, confirm=confirm, personal=personal, notes=notes
+        )
+        return Confirm(approval)
+
+    def _nothing_to_do(self, call: Call, ctx: ToolContext, nothing: NothingToDo) -> Outcome:
+        metrics.TOOL_CALLS.labels(call.name, "nothing_to_do").inc()
+        self._audit_tool(ctx, "tool_access", call.name, "allowed", "nothing to do", call)
+        return call.reply(nothing.text), False
+
+    def _ask(self, call: Call, ctx: ToolContext, question: Question) -> str | Outcome:
+        """The human's answer (interrupt), or the outcome when it is "no" or never comes."""
+        answer = ask_human(question, self.d.agent.hitl.timeout_seconds)
+        if answer is None:
+            metrics.TOOL_CALLS.labels(call.name, "cancelled").inc()
+            self._audit_tool(ctx, "tool_access", call.name, "expired", "the question was not answered")
+            return call.reply(CANCELLED_TOOL_RESULT), True
+        if question.kind == "confirm" and question.options and answer.lower() != YES:
+            metrics.TOOL_CALLS.labels(call.name, "declined").inc()
+            self._audit_tool(ctx, "tool_access", call.name, "declined", "the user declined", call)
+            return call.reply(f"The user declined. {call.name} was NOT run; nothing was changed."), False
+        return answer
+
+    async def _run(
+        self, call: Call, tool: Tool, args: Any, ctx: ToolContext, gate: Cleared, answer: str | None
+    ) -> Outcome | Confirm:
+        """The credential, then the tool with the cleared plan; asks again if the tool finds
+        that what was confirmed no longer holds."""
+        name = call.name
         if tool.requires_credentials:
             with_credential = await self._with_credential(tool, ctx)
             if isinstance(with_credential, str):
                 metrics.TOOL_CALLS.labels(name, "no_credential").inc()
-                return reply(with_credential, "error"), False
+                return call.reply(with_credential, "error"), False
             ctx = with_credential
-        self._audit_tool(ctx, "tool_access", name, "allowed", "confirmed" if question else "", call)
+        self._audit_tool(ctx, "tool_access", name, "allowed", "confirmed" if gate.confirmed else "", call)
         get_stream_writer()({"type": "progress", "content": f"Running {name}…"})
         try:
-            result = await tool.run(args, ctx, answer)
+            result = await tool.run(args, replace(ctx, plan=gate.plan), answer)
         except Exception as exc:  # the type only: an exception message may quote a secret
             log.error("tool_failed", tool=name, error=type(exc).__name__)
             metrics.TOOL_CALLS.labels(name, "failed").inc()
-            return reply(f"The tool {name} failed.", "error"), False
-        metrics.TOOL_CALLS.labels(name, "confirmed" if question else "allowed").inc()
-        return reply(result), False
+            return call.reply(f"The tool {name} failed.", "error"), False
+        if isinstance(result, Changed):  # what was confirmed no longer holds: ask again
+            metrics.TOOL_CALLS.labels(name, "changed").inc()
+            self._audit_tool(ctx, "tool_access", name, "expired", "changed since confirmed", call)
+            personal = tool.is_personal and in_group(ctx.audience) and self.d.personal_results == "ask"
+            return await self._approval(
+                call, tool, args, ctx, True, personal, result.reason, prepared=result.prepared
+            )
+        metrics.TOOL_CALLS.labels(name, "confirmed" if gate.confirmed else "allowed").inc()
+        text, sources, scope = (
+            (result.text, result.sources, result.scope)
+            if isinstance(result, ToolResult)
+            else (result, (), None)
+        )
+        return call.reply(text, artifact=artifact_for(sources, self._scope(tool, scope, ctx))), False
+
+    def _scope(self, tool: Tool, scope: ResultScope | None, ctx: ToolContext) -> ResultScope | None:
+        """A personal tool's result is the asker's own: who may read it again is recorded
+        with it (the asker, and the room members who read it now)."""
+        if not tool.is_personal:
+            return scope
+        others = Readership(ctx.ac, ctx.audience).others() or frozenset()
+        personal = {"personal_to": ctx.ac.user_id, "shown_to": tuple(sorted(others))}
+        return (scope or ResultScope()).model_copy(update=personal)
 
     async def _with_credential(self, tool: Tool, ctx: ToolContext) -> ToolContext | str:
         """The context with the user's credential for `tool`, or what to tell the model."""
@@ -277,9 +452,8 @@ class Workflow:
         name: str,
         decision: Decision,
         reason: str = "",
-        call: dict[str, Any] | None = None,
+        call: Call | None = None,
     ) -> None:
-        args = call.get("args") if call else None
         audit(
             self.d.services,
             event_type,
@@ -288,7 +462,7 @@ class Workflow:
             resource=f"tool:{name[:100]}",
             decision=decision,
             reason=reason,
-            arguments=args if isinstance(args, dict) else None,
+            arguments=call.raw_args if call else None,
         )
 
     # ---- edges (async: LangGraph runs a plain function in a worker thread) ---------------
@@ -322,4 +496,5 @@ def new_turn_input(message: str, ac: AcContext) -> dict[str, Any]:
         "ac_context": ac.to_wire(),
         "llm_calls": 0,
         "stopped": False,
+        "action": None,
     }

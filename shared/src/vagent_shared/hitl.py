@@ -47,9 +47,11 @@ def reaction_answer(key: str, options: list[str] | tuple[str, ...]) -> str | Non
 
 
 def format_question(question: str, options: list[str] | tuple[str, ...]) -> str:
-    """How a question is shown to the human: `❓ Delete 3 records? (yes/no)`."""
+    """How a question is shown to the human: `❓ Delete 3 records? (yes/no)`. The options
+    follow the first line: a confirmation's further lines list what the call will use."""
     suffix = f" ({'/'.join(options)})" if options else ""
-    return f"❓ {question}{suffix}"
+    first, newline, rest = question.partition("\n")
+    return f"❓ {first}{suffix}{newline}{rest}"
 
 
 class PendingQuestion(BaseModel):

@@ -97,6 +97,9 @@ class GraphSettings(CommonSettings):
     CREDENTIAL_MISSING_HELP: str = "Ask your administrator to add one for you in the credential registry."
     #: The ticket service of the demo tools list_my_tickets / create_ticket; unset: tools off.
     TICKETS_URL: str | None = None
+    #: A personal tool (acting with the user's own credential, or returning the user's own
+    #: data) in a room where others read the answer: `ask` the user first, `allow` it, `deny` it.
+    PERSONAL_RESULTS_IN_GROUPS: Literal["ask", "allow", "deny"] = "ask"
 
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""

@@ -19,6 +19,7 @@ from vagent_graph.citations import number_of
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
+from vagent_graph.scope import DocRef, ResultScope
 from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext, ToolResult
 from vagent_shared.knowledge import SearchHit, SourceRef
 
@@ -61,7 +62,15 @@ def format_hits(hits: list[SearchHit], known: tuple[SourceRef, ...], in_room: bo
         where = f"{hit.title} — {section}" if (section := within(hit.title, hit.section)) else hit.title
         blocks.append(f"[{n}] {where} (document {hit.doc_id})\n{hit.text.strip()}")
     head = f"{len(hits)} passages from documents you may read. Cite them as [n] where you use them.{note}"
-    return ToolResult(head + "\n\n" + "\n\n".join(blocks), sources=tuple(used.values()))
+    return ToolResult(
+        head + "\n\n" + "\n\n".join(blocks), sources=tuple(used.values()), scope=scope_of_hits(hits)
+    )
+
+
+def scope_of_hits(hits: list[SearchHit]) -> ResultScope:
+    """The documents the passages come from, with what decides who may read them."""
+    docs = {h.doc_id: DocRef(doc_id=h.doc_id, category=h.category, tags=tuple(h.tags)) for h in hits}
+    return ResultScope(domain=hits[0].domain if hits else "", documents=tuple(docs.values()))
 
 
 async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) -> ToolResult:

@@ -20,7 +20,8 @@ from vagent_graph.audit import audit
 from vagent_graph.knowledge.entities import Entity, EntityLookup
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
-from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext
+from vagent_graph.scope import EntityRef, ResultScope
+from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext, ToolResult
 
 log = structlog.get_logger(__name__)
 
@@ -92,7 +93,16 @@ def audit_lookup(ctx: ToolContext, args: LookupEntitiesArgs, outcome: str, count
     )
 
 
-async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> str:
+def scope_of_lookup(found: EntityLookup, domain: str) -> ResultScope:
+    """The entities the answer shows, with what decides who may see them."""
+    shown = {
+        e.id: EntityRef(id=e.id, entity_type=e.entity_type, tags=tuple(e.tags))
+        for e in [*found.matches, *found.neighbours]
+    }
+    return ResultScope(domain=domain, entities=tuple(shown.values()))
+
+
+async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> str | ToolResult:
     readers = readers_for(ctx.ac, ctx.audience, ENTITY_KINDS)
     if readers is None:
         audit_lookup(ctx, args, "nothing_readable", {"readers": 0, "results": 0})
@@ -119,7 +129,7 @@ async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> 
         "relations": len(found.relations),
     }
     audit_lookup(ctx, args, "found" if found.matches else "empty", counts)
-    return format_lookup(found)
+    return ToolResult(format_lookup(found), scope=scope_of_lookup(found, readers.domain))
 
 
 TOOL = Tool(

@@ -1,12 +1,16 @@
 """Demo tools over a small SQLite "records" database the service creates and seeds.
 
 `database_query` opens the file READ-ONLY (SQLite URI mode=ro + query_only), so no
-SQL text can write, whatever it says. `delete_records` asks first, stating the count.
+SQL text can write, whatever it says. `delete_records` asks first, stating the count, and
+deletes exactly the rows that were counted: its plan is the count and a digest of their ids;
+the delete re-reads the matching rows inside its write transaction and, if they are no longer
+the same (rows were added or removed meanwhile), deletes nothing and asks again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import sqlite3
 import time
@@ -17,7 +21,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
-from vagent_graph.tools.registry import Question, Tool, ToolContext
+from vagent_graph.tools.registry import Changed, NothingToDo, Prepared, Tool, ToolContext
 
 MAX_ROWS = 50
 QUERY_TIME_LIMIT_S = 2.0
@@ -112,10 +116,50 @@ def count_older_than(path: Path, cutoff: date) -> int:
         conn.close()
 
 
-def delete_older_than(path: Path, cutoff: date) -> int:
-    with sqlite3.connect(path, timeout=5) as conn:
-        cur = conn.execute("DELETE FROM records WHERE created_at < ?", (cutoff.isoformat(),))
-        return cur.rowcount
+def _matching(conn: sqlite3.Connection, cutoff: date) -> tuple[int, str]:
+    """How many rows are older than `cutoff`, and a digest of exactly which: their ids, joined
+    by SQLite itself (no Python object per row) in the order of the created_at index, which is
+    the same for the same rows."""
+    n, ids = conn.execute(
+        "SELECT COUNT(*), group_concat(id) FROM records WHERE created_at < ?", (cutoff.isoformat(),)
+    ).fetchone()
+    return int(n), hashlib.sha256(str(ids or "").encode()).hexdigest()
+
+
+def matching_older_than(path: Path, cutoff: date) -> tuple[int, str]:
+    """The rows a delete would remove now: their count and the digest of their ids."""
+    conn = _readonly(path)
+    try:
+        return _matching(conn, cutoff)
+    finally:
+        conn.close()
+
+
+def delete_confirmed(path: Path, cutoff: date, count: int, digest: str) -> tuple[int | None, int, str]:
+    """Delete the rows older than `cutoff` iff they are exactly the confirmed ones.
+
+    Returns (deleted, count now, digest now); `deleted` is None when the matching rows are not
+    the confirmed ones any more (nothing deleted). The check and the delete share one write
+    transaction (BEGIN IMMEDIATE), so no row can slip in between them.
+    """
+    conn = sqlite3.connect(path, timeout=5, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            now, now_digest = _matching(conn, cutoff)
+            if (now, now_digest) != (count, digest):
+                conn.execute("ROLLBACK")
+                return None, now, now_digest
+            cur = conn.execute("DELETE FROM records WHERE created_at < ?", (cutoff.isoformat(),))
+            deleted = cur.rowcount
+            conn.execute("COMMIT")
+            return deleted, now, now_digest
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
 
 
 def format_table(cols: list[str], rows: list[tuple[object, ...]], truncated: bool) -> str:
@@ -150,21 +194,49 @@ async def _query(args: DatabaseQueryArgs, ctx: ToolContext, _: str | None) -> st
     return format_table(cols, rows, truncated)
 
 
-async def _ask_delete(args: DeleteRecordsArgs, ctx: ToolContext) -> Question | None:
-    n = await asyncio.to_thread(count_older_than, ctx.services.get(RecordsDb).path, args.older_than)
-    if n == 0:
-        return None
-    noun = "record" if n == 1 else "records"
-    return Question(
-        text=f"Delete {n} {noun} older than {args.older_than.isoformat()}?", options=["yes", "no"]
+def _records(n: int) -> str:
+    return f"{n} record" if n == 1 else f"{n} records"
+
+
+def _nothing(cutoff: date) -> str:
+    return f"There are no records older than {cutoff.isoformat()}; nothing was deleted."
+
+
+def _delete_plan(cutoff: date, n: int, digest: str) -> Prepared:
+    return Prepared(
+        action=f"Delete {_records(n)} older than {cutoff.isoformat()}", plan={"count": n, "digest": digest}
     )
 
 
-async def _delete(args: DeleteRecordsArgs, ctx: ToolContext, _: str | None) -> str:
-    n = await asyncio.to_thread(delete_older_than, ctx.services.get(RecordsDb).path, args.older_than)
+async def _prepare_delete(args: DeleteRecordsArgs, ctx: ToolContext) -> Prepared | NothingToDo:
+    path = ctx.services.get(RecordsDb).path
+    n, digest = await asyncio.to_thread(matching_older_than, path, args.older_than)
     if n == 0:
-        return f"There are no records older than {args.older_than.isoformat()}; nothing was deleted."
-    return f"Deleted {n} records older than {args.older_than.isoformat()}."
+        return NothingToDo(_nothing(args.older_than))
+    return _delete_plan(args.older_than, n, digest)
+
+
+async def _delete(args: DeleteRecordsArgs, ctx: ToolContext, _: str | None) -> str | Changed:
+    """Deletes exactly the confirmed rows, or nothing (Changed: they are not the same now)."""
+    plan = ctx.plan or {}
+    count, digest = plan.get("count"), plan.get("digest")
+    if not isinstance(count, int) or not isinstance(digest, str):
+        return "Nothing was deleted: the deletion was not confirmed."
+    path = ctx.services.get(RecordsDb).path
+    deleted, now, now_digest = await asyncio.to_thread(
+        delete_confirmed, path, args.older_than, count, digest
+    )
+    if deleted is not None:
+        return f"Deleted {_records(deleted)} older than {args.older_than.isoformat()}."
+    if now == 0:
+        return f"There are no records older than {args.older_than.isoformat()} any more; nothing was deleted."
+    return Changed(
+        _delete_plan(args.older_than, now, now_digest),
+        reason=(
+            f"The records older than {args.older_than.isoformat()} changed since you were asked "
+            f"({_records(count)} then); nothing was deleted yet."
+        ),
+    )
 
 
 TOOLS = [
@@ -181,8 +253,9 @@ TOOLS = [
         name="delete_records",
         description="Delete all records created before a date. The user must confirm.",
         args_model=DeleteRecordsArgs,
-        ask=_ask_delete,
+        prepare=_prepare_delete,
         run=_delete,
         requires_confirmation=True,
+        shows=("older_than",),
     ),
 ]

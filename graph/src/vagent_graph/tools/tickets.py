@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from vagent_graph.credentials import credential_auth
-from vagent_graph.tools.registry import Question, Tool, ToolContext
+from vagent_graph.tools.registry import Prepared, Tool, ToolContext
 
 log = structlog.get_logger(__name__)
 
@@ -91,10 +91,13 @@ async def _list(args: ListTicketsArgs, ctx: ToolContext, _: str | None) -> str:
     return format_tickets(list(resp.json().get("tickets", [])), args.status)
 
 
-async def _ask_create(args: CreateTicketArgs, ctx: ToolContext) -> Question:
-    return Question(
-        text=f"Create a {args.priority} priority ticket titled “{args.title}”?", options=["yes", "no"]
-    )
+async def _prepare_create(args: CreateTicketArgs, ctx: ToolContext) -> Prepared:
+    """The headline only: the question lists every field the ticket will get (confirmation.py)."""
+    return Prepared(action="Create this ticket in the ticket service, in your name")
+
+
+def _listed(args: ListTicketsArgs) -> str:
+    return "all your tickets" if args.status == "all" else f"your {args.status} tickets"
 
 
 async def _create(args: CreateTicketArgs, ctx: ToolContext, _: str | None) -> str:
@@ -115,15 +118,18 @@ TOOLS = [
         run=_list,
         requires_credentials=True,
         credential_resource=RESOURCE,
+        personal_label=_listed,
+        shows=("status",),
     ),
     Tool(
         name="create_ticket",
         description="Open a ticket in the ticket service in the user's name. The user must confirm.",
         args_model=CreateTicketArgs,
-        ask=_ask_create,
+        prepare=_prepare_create,
         run=_create,
         requires_confirmation=True,
         requires_credentials=True,
         credential_resource=RESOURCE,
+        personal_label=lambda args: "the new ticket",
     ),
 ]
