@@ -287,8 +287,7 @@ class Workflow:
         """Whatever must happen before the call runs: a personal result refused in a group
         room, the plan, and the human's yes to exactly this call (asked from `stored`)."""
         d, name = self.d, call.name
-        personal = tool.is_personal and in_group(ctx.audience)
-        if personal and d.personal_results == "deny":
+        if tool.is_personal and in_group(ctx.audience) and d.personal_results == "deny":
             metrics.TOOL_CALLS.labels(name, "personal_denied").inc()
             self._audit_tool(ctx, "tool_access", name, "denied", "personal result in a group room", call)
             text = (
@@ -297,17 +296,13 @@ class Workflow:
             )
             return call.reply(text, "error"), False
         confirm = d.agent.needs_confirmation(name, tool.requires_confirmation)
-        ask_personal = personal and d.personal_results == "ask"
+        ask_personal = self._asks_personal(tool, ctx)
         arguments = args.model_dump(mode="json")
         if stored is not None and matches(stored, call.id, name, arguments):
             # Asked already (this is the resume): the answer applies to what was shown.
             answer = self._ask(call, ctx, Question(text=str(stored["question"]), options=list(YES_NO)))
-            if not isinstance(answer, str):
+            if not isinstance(answer, str):  # "no", or no answer in time
                 return answer
-            if answer.lower() != YES:
-                metrics.TOOL_CALLS.labels(name, "declined").inc()
-                self._audit_tool(ctx, "tool_access", name, "declined", "the user declined", call)
-                return call.reply(f"The user declined. {name} was NOT run; nothing was changed."), False
             if ask_personal and readers_changed(stored, ctx.audience):
                 note = "The people in this room changed since I asked."
                 return await self._approval(call, tool, args, ctx, confirm, ask_personal, note)
@@ -320,6 +315,10 @@ class Workflow:
         if isinstance(prepared, NothingToDo):
             return self._nothing_to_do(call, ctx, prepared)
         return Cleared(prepared.plan)
+
+    def _asks_personal(self, tool: Tool, ctx: ToolContext) -> bool:
+        """Must the asker agree before others in the room see this tool's result?"""
+        return tool.is_personal and in_group(ctx.audience) and self.d.personal_results == "ask"
 
     async def _approval(
         self,
@@ -386,9 +385,15 @@ class Workflow:
         if isinstance(result, Changed):  # what was confirmed no longer holds: ask again
             metrics.TOOL_CALLS.labels(name, "changed").inc()
             self._audit_tool(ctx, "tool_access", name, "expired", "changed since confirmed", call)
-            personal = tool.is_personal and in_group(ctx.audience) and self.d.personal_results == "ask"
             return await self._approval(
-                call, tool, args, ctx, True, personal, result.reason, prepared=result.prepared
+                call,
+                tool,
+                args,
+                ctx,
+                True,
+                self._asks_personal(tool, ctx),
+                result.reason,
+                prepared=result.prepared,
             )
         metrics.TOOL_CALLS.labels(name, "confirmed" if gate.confirmed else "allowed").inc()
         text, sources, scope = (

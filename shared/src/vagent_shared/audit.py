@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from vagent_shared.secrets import mask_secrets
+from vagent_shared.secrets import mask_secrets, secret_name
 
 AuditEventType = Literal[
     "agent_access",  # bot: may this user use the agent at all
@@ -34,9 +34,6 @@ STREAM_FIELD = "event"
 
 MAX_VALUE_CHARS = 200
 MAX_ITEMS = 20
-_SECRET_KEY = re.compile(
-    r"(token|password|passwd|secret|authorization|api[_-]?key|credential|cookie)", re.IGNORECASE
-)
 #: Argument names whose values are what people wrote (kept only with AUDIT_INCLUDE_CONTENT).
 _CONTENT_KEY = re.compile(
     r"^(message|messages|text|body|content|description|question|answer|query|prompt|comment|sql)$",
@@ -83,7 +80,7 @@ def _truncate(text: str, limit: int) -> str:
 def scrub(value: Any, include_content: bool = False, depth: int = 0, key: str = "") -> Any:
     """A value fit for an audit record: secrets by name and by shape removed, message bodies
     replaced by their length unless `include_content`, strings and lists truncated."""
-    if key and _SECRET_KEY.search(key):
+    if key and secret_name(key):
         return REDACTED
     if key and not include_content and _CONTENT_KEY.match(key) and value not in (None, ""):
         size = len(value) if isinstance(value, str) else len(json.dumps(value, default=str))

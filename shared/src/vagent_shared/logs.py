@@ -14,9 +14,8 @@ from typing import Any
 
 import structlog
 
-_SECRET_KEY = re.compile(
-    r"(token|password|passwd|secret|authorization|api[_-]?key|credential)", re.IGNORECASE
-)
+from vagent_shared.secrets import secret_name
+
 _BEARER = re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=-]+")
 REDACTED = "[REDACTED]"
 
@@ -28,7 +27,7 @@ def _scrub(value: Any, depth: int = 0) -> Any:
         return _BEARER.sub("Bearer " + REDACTED, value)
     if isinstance(value, Mapping):
         return {
-            k: (REDACTED if isinstance(k, str) and _SECRET_KEY.search(k) else _scrub(v, depth + 1))
+            k: (REDACTED if isinstance(k, str) and secret_name(k) else _scrub(v, depth + 1))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
@@ -39,7 +38,7 @@ def _scrub(value: Any, depth: int = 0) -> Any:
 def redact_secrets(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mapping[str, Any]:
     """structlog processor: drop secret-looking keys and bearer values."""
     for key in list(event_dict):
-        if _SECRET_KEY.search(key) and key != "event":
+        if secret_name(key) and key != "event":
             event_dict[key] = REDACTED
         else:
             event_dict[key] = _scrub(event_dict[key])

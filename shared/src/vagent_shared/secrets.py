@@ -165,10 +165,3 @@ def mask_secrets(text: str, mask: str = "[hidden: looks like a secret]") -> str:
         out += [text[last:start], mask]
         last = end
     return "".join([*out, text[last:]])
-
-
-def secret_value(name: str, value: object) -> bool:
-    """A value to mask: kept under a secret's name, or a string that looks like one."""
-    if secret_name(name) and value not in (None, "", [], {}):
-        return True
-    return isinstance(value, str) and looks_like_secret(value)
