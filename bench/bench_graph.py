@@ -69,11 +69,11 @@ from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_graph.agent import load_descriptor  # noqa: E402
+from vagent_graph.event_stream import STREAM_MODES, durability_for, text_of  # noqa: E402
 from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
-from vagent_graph.runner import STREAM_MODES, durability_for, text_of  # noqa: E402
-from vagent_graph.runtime import open_runtime, run_config  # noqa: E402
-from vagent_graph.tools import default_registry  # noqa: E402
-from vagent_graph.workflow import new_turn_input  # noqa: E402
+from vagent_graph.resources import open_resources  # noqa: E402
+from vagent_graph.tools.catalogue import default_registry  # noqa: E402
+from vagent_graph.workflow import new_turn_input, run_config  # noqa: E402
 from vagent_shared import AcContext  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, TextChunk  # noqa: E402
 from vagent_shared.settings import CommonSettings, GraphSettings  # noqa: E402
@@ -170,13 +170,13 @@ def settings_from_env(env: dict[str, str]) -> GraphSettings:
 
 @contextlib.asynccontextmanager
 async def service_like_graph(settings: GraphSettings) -> AsyncIterator[CompiledStateGraph[Any]]:
-    """The compiled graph exactly as the service's lifespan builds it (vagent_graph.runtime.open_runtime)."""
+    """The compiled graph exactly as the service's lifespan builds it (resources.open_resources)."""
     agent = load_descriptor(settings.AGENT_DESCRIPTOR)
     chat_model = make_chat_model(settings, agent)
-    async with open_runtime(
+    async with open_resources(
         settings, agent, default_registry(), chat_model, model_name(settings, agent)
-    ) as runtime:
-        yield runtime.graph
+    ) as resources:
+        yield resources.graph
 
 
 # ------------------------------------------------------------------------- one request

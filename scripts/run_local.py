@@ -7,7 +7,7 @@ development AccessControlProvider with the demo policy, the DEVELOPMENT Credenti
 (`vagent-credentials`, deploy/dev/credentials.yaml) and the demo ticket service
 (`vagent-tickets`, deploy/dev/tickets.yaml, its database in .data/tickets.db), which the
 ticket tools use with each user's own key, the demo documents and entities
-(deploy/dev/knowledge, ingested with `vagent-docs`; unchanged ones are skipped), the graph
+(deploy/dev/knowledge, ingested with `vagent docs`; unchanged ones are skipped), the graph
 service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot. Their
 JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the secrets
 generated for this machine (the bot's password, the graph's credential-cache key) in
@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -67,8 +68,31 @@ def say(text: str) -> None:
         print(text, flush=True)
 
 
+#: An audit event on the console: its gist; the whole record is in the audit stream
+#: (`vagent audit tail`) and, in a deployment, in the JSON logs.
+AUDIT_WIDTH = 160
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def audit_line(audit: dict[str, Any]) -> str:
+    """`audit tool_access allowed @alice:localhost tool:delete_records (reason)` on one short
+    line, without control characters (part of it is user-controlled: no terminal escapes)."""
+    parts = [
+        "audit",
+        str(audit.get("event_type", "?")),
+        str(audit.get("decision", "?")),
+        str(audit.get("user_id", "?")),
+        str(audit.get("resource", "")),
+    ]
+    if audit.get("reason"):
+        parts.append(f"({audit['reason']})")
+    text = _UNPRINTABLE.sub("?", " ".join(p for p in parts if p))
+    return text if len(text) <= AUDIT_WIDTH else text[: AUDIT_WIDTH - 1] + "…"
+
+
 def readable(service: str, line: str, color: bool) -> str | None:
-    """One JSON log line as `12:00:01 graph  info  event key=value`; other lines as they are."""
+    """One JSON log line as `12:00:01 graph  info  event key=value` (an audit event as its
+    gist); other lines as they are."""
     line = line.rstrip()
     if not line:
         return None
@@ -84,8 +108,12 @@ def readable(service: str, line: str, color: bool) -> str | None:
         event = entry.pop("event")
         for k in ("logger", "service", "request_id"):
             entry.pop(k, None)
-        rest = " ".join(f"{k}={v}" for k, v in entry.items())
-        text = f"{ts} {level} {event} {rest}".rstrip()
+        audit = entry.get("audit")
+        if event == "audit" and isinstance(audit, dict):
+            text = f"{ts} {level} {audit_line(audit)}"
+        else:
+            rest = " ".join(f"{k}={v}" for k, v in entry.items())
+            text = f"{ts} {level} {event} {rest}".rstrip()
     tag = f"{service:<{TAG_WIDTH}}"
     if color:
         tag = f"{COLORS.get(service, '')}{tag}{RESET}"
@@ -121,7 +149,7 @@ def ingest_demo(env: dict[str, str]) -> None:
         return
     say("run: ingesting the demo documents and entities (deploy/dev/knowledge)")
     proc = subprocess.run(
-        [str(BIN / "vagent-docs"), "ingest", "--manifest", str(DEMO_MANIFEST)],
+        [str(BIN / "vagent"), "docs", "ingest", "--manifest", str(DEMO_MANIFEST)],
         env=env,
         capture_output=True,
         text=True,
@@ -134,7 +162,7 @@ def ingest_demo(env: dict[str, str]) -> None:
 
 
 def fernet_key() -> str:
-    """A new Fernet key (32 random bytes, url-safe base64), as `vagent-credentials genkey` prints."""
+    """A new Fernet key (32 random bytes, url-safe base64), as `vagent admin genkey` prints."""
     return base64.urlsafe_b64encode(os.urandom(32)).decode()
 
 
@@ -269,18 +297,18 @@ vagent is running.
   bot             {env["MATRIX_USER"]}   (health: http://127.0.0.1:{health_port}/health)
   graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note};
                   admin API: /admin/v1, {admin_note})
-  documents       `{redis_env}.venv/bin/vagent-docs list` (demo: deploy/dev/knowledge/README.md)
+  documents       `{redis_env}.venv/bin/vagent docs list` (demo: deploy/dev/knowledge/README.md)
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
   credentials     {creds_url}   (DEVELOPMENT registry; policy: {env["CREDENTIALS_POLICY_FILE"]}{creds_note})
   tickets         http://127.0.0.1:{tickets_port}   (demo ticket service; data: {env["TICKETS_DB_PATH"]})
-  audit trail     `{redis_env}.venv/bin/vagent-audit tail` (Redis stream {audit_stream})
+  audit trail     `{redis_env}.venv/bin/vagent audit tail` (Redis stream {audit_stream})
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
 Talk to it: `make chat` in another terminal (as @alice:localhost; CHAT_USER=@dave:localhost
 CHAT_PASSWORD=dave-password make chat to see a user without access get nothing), or any Matrix
 client (e.g. Element) pointed at {env["MATRIX_HOMESERVER"]}. The HTTP API example is in README.md.
 Try "what are my open tickets?" as alice, then as bob (CHAT_USER=@bob:localhost
 CHAT_PASSWORD=bob-password make chat): each sees only their own; carol has no key and is told so.
-Then see who did what: `{redis_env}.venv/bin/vagent-audit tail`.
+Then see who did what: `{redis_env}.venv/bin/vagent audit tail`.
 Ctrl-C stops everything.
 """)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -33,14 +33,9 @@ import starlark  # starlark-pyo3, from requirements/dev.txt
 import yaml
 from pydantic import SecretStr
 
+from vagent_dev.settings import AcpSettings, CredentialRegistrySettings, TicketsSettings
 from vagent_shared.access import Resource
-from vagent_shared.settings import (
-    AcpSettings,
-    BotSettings,
-    CredentialRegistrySettings,
-    GraphSettings,
-    TicketsSettings,
-)
+from vagent_shared.settings import BotSettings, GraphSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
@@ -49,12 +44,14 @@ NAMESPACES = {"dev": "vagent-dev", "prod": "vagent"}
 COMPOSE = ROOT / "docker-compose.yml"
 TILTFILE = ROOT / "Tiltfile"
 DOCKERFILES = {"graph": ROOT / "graph" / "Dockerfile", "bot": ROOT / "bot" / "Dockerfile"}
+# The development stand-ins' image (vagent-acp, vagent-credentials, vagent-tickets).
+DEV_DOCKERFILE = ROOT / "dev" / "Dockerfile"
 REDIS_DOCKERFILE = ROOT / "deploy" / "redis" / "Dockerfile"
 KNOWLEDGE = ROOT / "deploy" / "dev" / "knowledge"
 KUBECTL = shutil.which("kubectl")
 
 # The only environment variable names each service may be given: the settings classes in
-# vagent_shared are the one definition of those names.
+# vagent_shared (vagent_dev for the stand-ins) are the one definition of those names.
 GRAPH_ENV = set(GraphSettings.model_fields)
 BOT_ENV = set(BotSettings.model_fields)
 ACP_ENV = set(AcpSettings.model_fields)
@@ -98,7 +95,7 @@ CREDENTIAL_ENV = {
 }
 # The audit trail: graph and bot write one stream, so compose gives both the same values.
 AUDIT_ENV = {"AUDIT_STREAM", "AUDIT_STREAM_MAXLEN", "AUDIT_STREAM_MAX_AGE_HOURS", "AUDIT_INCLUDE_CONTENT"}
-# What `vagent-docs` must share with the graph, or what it writes is not what the graph reads.
+# What `vagent docs` must share with the graph, or what it writes is not what the graph reads.
 INGEST_SHARED_ENV = {
     "REDIS_URL",
     "DOCS_INDEX",
@@ -135,7 +132,7 @@ DEV_SERVICES = {
 DEV_DIR = ROOT / "deploy" / "dev"
 KNOWLEDGE_JOB = "vagent-knowledge"
 KNOWLEDGE_MOUNT = "/etc/vagent/knowledge"
-INGEST_ARGS = ["vagent-docs", "ingest", "--manifest", f"{KNOWLEDGE_MOUNT}/manifest.yaml"]
+INGEST_ARGS = ["vagent", "docs", "ingest", "--manifest", f"{KNOWLEDGE_MOUNT}/manifest.yaml"]
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
 
 
@@ -597,7 +594,7 @@ def test_labels_namespace_and_images(overlay: str) -> None:
     # Redis too is our image now (redis:8 + FalkorDB): nothing else is pulled.
     assert images == ours, sorted(images - ours)
     if overlay == "dev":
-        assert ours == {"vagent-graph:dev", "vagent-bot:dev", "vagent-redis:dev"}
+        assert ours == {"vagent-graph:dev", "vagent-bot:dev", "vagent-redis:dev", "vagent-dev:dev"}
     else:
         assert {i.partition(":")[0] for i in ours} == {"vagent-graph", "vagent-bot", "vagent-redis"}
         assert all(i.partition(":")[2] not in ("", "latest", "dev") for i in ours), ours
@@ -671,7 +668,7 @@ def test_knowledge_job_in_dev_only() -> None:
     assert pod["restartPolicy"] in ("Never", "OnFailure")
     assert job["spec"]["backoffLimit"] >= 1 and job["spec"]["activeDeadlineSeconds"] > 0
     (container,) = pod["containers"]
-    assert container["image"] == "vagent-graph:dev", "vagent-docs ships in the graph image"
+    assert container["image"] == "vagent-graph:dev", "vagent docs ships in the graph image"
     assert container.get("args") == INGEST_ARGS and "command" not in container
     env = _env_by_name(container)
     assert set(env) <= GRAPH_ENV, sorted(set(env) - GRAPH_ENV)
@@ -789,8 +786,8 @@ def test_dev_graph_uses_the_dev_registry_and_ticket_service() -> None:
     for name, (_, _, _, _, url_env) in DEV_SERVICES.items():
         if url_env is None:
             continue
-        assert workloads[name]["spec"]["template"]["spec"]["containers"][0]["image"] == "vagent-graph:dev", (
-            f"{name} ships in the graph image"
+        assert workloads[name]["spec"]["template"]["spec"]["containers"][0]["image"] == "vagent-dev:dev", (
+            f"{name} ships in the stand-ins' image"
         )
         port = services[name]["spec"]["ports"][0]["port"]
         assert _config_value(docs, "vagent-config", url_env) == f"http://{name}:{port}", url_env
@@ -926,7 +923,7 @@ def test_compose_services_and_profiles() -> None:
     for name in ("graph", "bot"):
         assert services[name]["healthcheck"]["test"], name
     assert services["acp"]["command"] in (["vagent-acp"], "vagent-acp")
-    assert services["acp"]["image"] == services["bot"]["image"]
+    assert services["acp"]["image"] == "vagent-dev:local"
     assert services["synapse"]["image"].startswith("matrixdotorg/synapse")
 
 
@@ -993,7 +990,7 @@ def test_compose_redis_loads_the_graph_module() -> None:
 def test_compose_knowledge_service() -> None:
     services = _compose()["services"]
     knowledge = services["knowledge"]
-    assert knowledge["image"] == services["graph"]["image"], "vagent-docs ships in the graph image"
+    assert knowledge["image"] == services["graph"]["image"], "vagent docs ships in the graph image"
     assert knowledge["build"] == services["graph"]["build"]
     assert knowledge["command"] == INGEST_ARGS
     assert knowledge["depends_on"]["redis"]["condition"] == "service_healthy"
@@ -1041,8 +1038,9 @@ def test_compose_dev_stand_ins(workload: str) -> None:
     assert f"127.0.0.1:{port}" in check or f"127.0.0.1', {port}" in check, check
     assert not service["healthcheck"].get("disable")
     if url_env is not None:
-        assert service["image"] == services["graph"]["image"], f"{command} ships in the graph image"
-        assert service["build"] == services["graph"]["build"]
+        assert service["image"] == "vagent-dev:local", f"{command} ships in the stand-ins' image"
+        build = service["build"]
+        assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DEV_DOCKERFILE
         # published on the host's loopback only (it hands out credentials / tickets)
         assert [str(p) for p in service["ports"]] == [f"127.0.0.1:{port}:{port}"]
         # the graph's default points at it; an empty value (`-`, not `:-`) turns it off
@@ -1132,7 +1130,7 @@ def _eval_tiltfile() -> tuple[list[tuple[str, tuple[Any, ...], dict[str, Any]]],
 def test_tiltfile_builds_images_and_loads_dev_overlay() -> None:
     calls = _run_tiltfile()
     builds = {args[0]: (args, kwargs) for name, args, kwargs in calls if name == "docker_build"}
-    assert set(builds) == {"vagent-graph", "vagent-bot", "vagent-redis"}
+    assert set(builds) == {"vagent-graph", "vagent-bot", "vagent-redis", "vagent-dev"}
     # Redis: a plain build of deploy/redis (nothing to live-update in it)
     redis_args, redis_kwargs = builds.pop("vagent-redis")
     context = ROOT / redis_args[1]
@@ -1145,7 +1143,8 @@ def test_tiltfile_builds_images_and_loads_dev_overlay() -> None:
         assert ref in dev_images, f"{ref} is built but not used by the dev overlay"
         context = ROOT / args[1]
         dockerfile = context / kwargs["dockerfile"]
-        assert dockerfile.resolve() == DOCKERFILES[ref.removeprefix("vagent-")].resolve()
+        expected = {**DOCKERFILES, "dev": DEV_DOCKERFILE}[ref.removeprefix("vagent-")]
+        assert dockerfile.resolve() == expected.resolve()
         steps = kwargs["live_update"]
         syncs = [s for s in steps if s["tilt"] == "sync"]
         assert syncs, f"{ref}: live_update syncs nothing"
@@ -1277,15 +1276,44 @@ def test_dockerfile(service: str) -> None:
                 if not src.startswith("--"):
                     assert (ROOT / src).exists(), src
     # The console commands the images run are declared by the distribution.
-    # The bot distribution is still a stub without [project.scripts]; from the
-    # moment it declares scripts it must provide vagent-bot and vagent-acp
-    # (used by docker-compose.yml and k8s/overlays/dev).
     project = tomllib.loads((ROOT / service / "pyproject.toml").read_text())["project"]
     scripts = project.get("scripts")
-    if service == "graph" or scripts is not None:
-        assert f"vagent-{service}" in (scripts or {}), f"{service}/pyproject.toml lacks vagent-{service}"
-    if service == "bot" and scripts is not None:
-        assert "vagent-acp" in scripts, "bot/pyproject.toml lacks the vagent-acp console script"
+    assert f"vagent-{service}" in (scripts or {}), f"{service}/pyproject.toml lacks vagent-{service}"
+
+
+STAND_INS = ("vagent-acp", "vagent-credentials", "vagent-tickets", "vagent-chat")
+
+
+def test_product_images_hold_no_stand_in() -> None:
+    """The stand-ins ship in vagent-dev (dev/Dockerfile), never in the graph or bot image."""
+    for service, dockerfile in DOCKERFILES.items():
+        scripts = tomllib.loads((ROOT / service / "pyproject.toml").read_text())["project"]["scripts"]
+        assert not set(scripts) & set(STAND_INS), f"{service} ships a stand-in"
+        text = dockerfile.read_text()
+        assert "dev/" not in text and "vagent_dev" not in text and "vagent-acp" not in text, service
+        assert "vagent-dev" not in (ROOT / "requirements" / f"{service}.txt").read_text()
+    scripts = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(STAND_INS) <= set(scripts)
+
+
+def test_dev_dockerfile() -> None:
+    text = DEV_DOCKERFILE.read_text()
+    lines = _logical_lines(text)
+    reqs = re.findall(r"requirements/[\w.-]+\.txt", text)
+    assert reqs and set(reqs) == {"requirements/standins.txt"} and (ROOT / reqs[0]).is_file()
+    assert any("--require-hashes" in ln and "-r requirements/standins.txt" in ln for ln in lines)
+    assert any(re.search(r"pip install .*--no-deps \./shared \./dev\b", ln) for ln in lines)
+    # the chat client's Matrix library is not in the stand-ins' image
+    assert "matrix-nio" not in (ROOT / "requirements" / "standins.txt").read_text()
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    exposed = {p for ln in lines if ln.startswith("EXPOSE ") for p in ln.split()[1:]}
+    assert {"8090", "8091", "8092"} <= exposed
+    for ln in lines:
+        if ln.startswith("COPY ") and "--from=" not in ln:
+            for src in shlex.split(ln)[1:-1]:
+                if not src.startswith("--"):
+                    assert (ROOT / src).exists(), src
 
 
 def test_redis_dockerfile() -> None:
@@ -1375,12 +1403,12 @@ def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     assert "README.md" in doc  # the full list of settings lives there
     for text in ("--profile dev", "k8s/overlays/dev", "k8s/overlays/prod", "tilt up", SECRET_NAME):
         assert text in doc, text
-    for text in ("deploy/redis/Dockerfile", "vagent-redis", "FalkorDB", "vagent-docs", KNOWLEDGE_JOB):
+    for text in ("deploy/redis/Dockerfile", "vagent-redis", "FalkorDB", "vagent docs", KNOWLEDGE_JOB):
         assert text in doc, text
     for text in (
         "vagent-credentials",
         "vagent-tickets",
-        "vagent-audit",
+        "vagent audit",
         "genkey",
         "deploy/dev/credentials.yaml",
     ):

@@ -1,4 +1,4 @@
-"""`vagent-audit` as an operator runs it: a real process reading a stream the services' own
+"""`vagent audit` as an operator runs it: a real process reading a stream the services' own
 writer (AuditTrail) filled in the real Redis."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Audit:
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(BIN / "vagent-audit"), *args],
+            [str(BIN / "vagent"), "audit", *args],
             env={**self.env, **env},
             capture_output=True,
             text=True,
@@ -148,7 +148,7 @@ async def test_since_reads_only_that_part_of_the_stream(audit: Audit) -> None:
 async def test_a_bad_since_is_a_usage_error(audit: Audit) -> None:
     proc = audit.run("tail", "--since", "last tuesday")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert "argument --since: 'last tuesday' is neither a duration" in proc.stderr
+    assert "Invalid value for '--since': 'last tuesday' is neither a duration" in proc.stderr
 
 
 async def test_export_pages_through_everything_oldest_first(audit: Audit) -> None:
@@ -188,7 +188,7 @@ async def test_entries_that_are_not_audit_events_are_skipped_and_counted(audit: 
         proc = audit.run(*args)
         assert proc.returncode == 0, proc.stderr
         assert [json.loads(x)["reason"] for x in proc.stdout.splitlines()] == ["before", "after"]
-        assert "vagent-audit: skipped 3 stream entries (not an audit event)" in proc.stderr
+        assert "vagent audit: skipped 3 stream entries (not an audit event)" in proc.stderr
 
 
 async def test_an_empty_or_missing_stream_is_just_empty(audit: Audit) -> None:
@@ -205,7 +205,8 @@ def _terminal_sigint() -> None:
 
 async def follow(audit: Audit, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        str(BIN / "vagent-audit"),
+        str(BIN / "vagent"),
+        "audit",
         "tail",
         "--follow",
         *args,
@@ -255,10 +256,10 @@ def test_redis_down_is_a_one_line_error_and_exit_2() -> None:
     for args in (["tail"], ["export"], ["tail", "--follow"]):
         start = time.monotonic()
         proc = subprocess.run(
-            [str(BIN / "vagent-audit"), *args], env=env, capture_output=True, text=True, timeout=30
+            [str(BIN / "vagent"), "audit", *args], env=env, capture_output=True, text=True, timeout=30
         )
         assert proc.returncode == 2 and proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("vagent-audit: cannot reach Redis at 127.0.0.1:")
+        assert len(lines) == 1 and lines[0].startswith("vagent audit: cannot reach Redis at 127.0.0.1:")
         assert "hunter2" not in proc.stderr and "(REDIS_URL)" in lines[0]
         assert time.monotonic() - start < 10

@@ -26,8 +26,8 @@ from tests.support.factories import ac, new_session
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallResponse
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.confirmation import MAX_SHOWN_CHARS
-from vagent_graph.tools import Tool, ToolContext, default_registry
-from vagent_graph.tools.registry import NothingToDo, Prepared
+from vagent_graph.tools import NothingToDo, Prepared, Tool, ToolContext
+from vagent_graph.tools.catalogue import default_registry
 from vagent_shared.events import HitlRequest, SSEEvent
 
 CUTOFF = "2016-01-01"

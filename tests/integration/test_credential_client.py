@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from tests.support.http_standin import HttpStandIn
 from tests.support.redis_dump import dump_redis
-from vagent_graph.credentials import (
+from vagent_graph.services.credentials import (
     CredentialCache,
     CredentialDenied,
     CredentialMissing,

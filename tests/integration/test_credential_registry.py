@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from cryptography.fernet import Fernet
 from procutil import free_port
 
 from tests.support.procs import BIN, ServiceProcess
@@ -258,16 +257,3 @@ def test_refuses_to_start_with_an_invalid_policy(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert str(policy) in done.stderr and "domains.d.resources.r.type" in done.stderr
-
-
-def test_genkey_prints_a_fernet_key() -> None:
-    done = subprocess.run(
-        [str(BIN / "vagent-credentials"), "genkey"], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    key = done.stdout.strip()
-    assert len(done.stdout.splitlines()) == 1
-    fernet = Fernet(key.encode())
-    assert fernet.decrypt(fernet.encrypt(b"x")) == b"x"
-    again = subprocess.run([str(BIN / "vagent-credentials"), "genkey"], capture_output=True, text=True)
-    assert again.stdout.strip() != key

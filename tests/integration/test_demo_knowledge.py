@@ -1,4 +1,4 @@
-"""The `make run` demo, minus Matrix: the demo knowledge ingested with `vagent-docs ingest
+"""The `make run` demo, minus Matrix: the demo knowledge ingested with `vagent docs ingest
 --manifest`, the graph service on its offline model, and the AcContexts the development
 provider gives alice, bob, carol and admin from the demo policy. The same question gets
 different, cited answers from only what each may read; with carol in the room, alice gets
@@ -19,7 +19,7 @@ import pytest
 from tests.support.factories import message_body, new_session
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.sse import post_sse
-from vagent_bot.acp import context_for, load_policy
+from vagent_dev.acp import context_for, load_policy
 from vagent_shared.access import AcContext
 from vagent_shared.events import TextFinal
 from vagent_shared.knowledge import Audience, AudienceMember
@@ -40,7 +40,7 @@ def graph(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     index = f"demo_{uuid.uuid4().hex[:8]}"
     env = {"REDIS_URL": redis_url, "DOCS_INDEX": index, "ENTITY_GRAPH": f"{index}_kg"}
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "vagent-docs"), "ingest", "--manifest", str(MANIFEST)],
+        [str(Path(sys.executable).parent / "vagent"), "docs", "ingest", "--manifest", str(MANIFEST)],
         env={"PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         text=True,

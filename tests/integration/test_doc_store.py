@@ -15,8 +15,9 @@ from tests.support.llm_server import EMBEDDING_DIMS, ScriptedLLMServer
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.embeddings import RemoteEmbedder
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
-from vagent_graph.tools import Services, ToolContext, documents
-from vagent_graph.tools.registry import result_text
+from vagent_graph.services import Services
+from vagent_graph.tools import ToolContext, documents
+from vagent_graph.tools.base import result_text
 
 TRAVEL = """# Travel policy
 

@@ -1,4 +1,4 @@
-"""`vagent-docs` as an operator runs it: a real process against the real Redis."""
+"""`vagent docs` as an operator runs it: a real process against the real Redis."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class Docs:
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(BIN / "vagent-docs"), *args],
+            [str(BIN / "vagent"), "docs", *args],
             env={**self.env, **env},
             capture_output=True,
             text=True,
@@ -160,7 +160,7 @@ def test_reindex_after_an_embedding_model_change(
     refused = docs.run(
         "ingest", str(folder / "notes.txt"), "--domain", "acme", "--category", "hr", "--force", **remote
     )
-    assert refused.returncode == 1 and "vagent-docs reindex" in refused.stderr
+    assert refused.returncode == 1 and "vagent docs reindex" in refused.stderr
     assert "all-MiniLM-L6-v2-onnx-int8, 384 dimensions" in docs.ok("status")
     chunks = docs.chunk_keys()
     assert f"reindexed {chunks} chunks with openai-compatible:stand-in" in docs.ok("reindex", **remote)
@@ -175,5 +175,5 @@ def test_reindex_after_an_embedding_model_change(
 def test_unreachable_redis_is_one_clear_line_without_the_password(docs: Docs, folder: Path) -> None:
     proc = docs.run("list", REDIS_URL=f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0")
     assert proc.returncode == 1
-    assert proc.stderr.startswith("vagent-docs: cannot reach Redis at 127.0.0.1:")
+    assert proc.stderr.startswith("vagent docs: cannot reach Redis at 127.0.0.1:")
     assert "hunter2" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr

@@ -1,4 +1,4 @@
-"""`vagent-admin forget`: a GDPR erasure against real state in the real Redis.
+"""`vagent admin forget`: a GDPR erasure against real state in the real Redis.
 
 The state is made by the real parts: conversations run through the graph's own runtime and
 checkpointer (a confirmation left pending, a run still holding its lock), the bot's question
@@ -30,11 +30,11 @@ from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
 from vagent_bot.flood import FloodControl
 from vagent_bot.hitl_store import HitlStore
-from vagent_graph import admin_cli
-from vagent_graph.runner import stream_run
-from vagent_graph.runtime import Runtime
+from vagent_graph import cli, erasure
+from vagent_graph.end_of_run import end_of_run
+from vagent_graph.event_stream import stream_run
+from vagent_graph.resources import Resources
 from vagent_graph.session_lock import SessionLock
-from vagent_graph.storage import end_of_run
 from vagent_graph.workflow import new_turn_input
 from vagent_shared import SessionId, redis_keys
 from vagent_shared.audit import AuditEvent
@@ -58,7 +58,7 @@ def mentions(text: str, user_id: str) -> bool:
 class World:
     """Users and sessions of one test, all named with a unique tag."""
 
-    rt: Runtime
+    rt: Resources
     redis: Redis
     llm: ScriptedLLMServer
     tag: str
@@ -115,7 +115,7 @@ class World:
 
     def forget(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(BIN / "vagent-admin"), "forget", *args],
+            [str(BIN / "vagent"), "admin", "forget", *args],
             env={**self.env, **env},
             capture_output=True,
             text=True,
@@ -493,26 +493,30 @@ async def test_a_lookalike_id_never_erases_alices_keys(world: World) -> None:
 )
 def test_forget_refuses_what_is_not_a_matrix_user_id(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        admin_cli.main(["forget", bad])
+        cli.main(["admin", "forget", bad])
     assert exc.value.code == 2
-    assert f"argument USER_ID: {bad!r} is not a Matrix user id (@name:server)" in capsys.readouterr().err
+    assert (
+        f"Invalid value for 'USER_ID': {bad!r} is not a Matrix user id (@name:server)"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_command_refuses_a_bad_id_before_touching_redis() -> None:
     proc = subprocess.run(
-        [str(BIN / "vagent-admin"), "forget", "alice", "--dry-run"],
+        [str(BIN / "vagent"), "admin", "forget", "alice", "--dry-run"],
         capture_output=True,
         text=True,
         timeout=30,
         env={**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert "vagent-admin forget: error: argument USER_ID: 'alice' is not a Matrix user id" in proc.stderr
+    assert "Usage: vagent admin forget" in proc.stderr
+    assert "Error: Invalid value for 'USER_ID': 'alice' is not a Matrix user id" in proc.stderr
 
 
 def test_forget_with_redis_down_is_a_one_line_error_and_exit_2() -> None:
     proc = subprocess.run(
-        [str(BIN / "vagent-admin"), "forget", "@alice:localhost"],
+        [str(BIN / "vagent"), "admin", "forget", "@alice:localhost"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -520,7 +524,7 @@ def test_forget_with_redis_down_is_a_one_line_error_and_exit_2() -> None:
     )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("vagent-admin: cannot reach Redis at 127.0.0.1:")
+    assert len(lines) == 1 and lines[0].startswith("vagent admin: cannot reach Redis at 127.0.0.1:")
 
 
 # ---- who owns a key, by name alone (the parts the tests above reach through Redis) -------------
@@ -550,34 +554,34 @@ ALICE = "@alice:localhost"
 )
 def test_checkpoint_key_names_are_read_from_the_last_user_id(name: str, owner_sid: str | None) -> None:
     prefix = name[: name.index(":") + 1]
-    assert admin_cli.checkpoint_key_session(name, prefix, ALICE) == owner_sid
+    assert erasure.checkpoint_key_session(name, prefix, ALICE) == owner_sid
 
 
 def test_a_user_with_a_port_owns_keys_followed_by_digits() -> None:
     user = "@alice:localhost:8448"
     name = "write_keys_zset:!r:localhost:main:@alice:localhost:8448:__empty__:shallow"
-    assert admin_cli.checkpoint_key_session(name, "write_keys_zset:", user) == "!r:localhost:main:" + user
+    assert erasure.checkpoint_key_session(name, "write_keys_zset:", user) == "!r:localhost:main:" + user
 
 
 def test_session_keys_credentials_and_audit_entries_belong_exactly() -> None:
     sid = "!r:localhost:main:@alice:localhost"
-    assert admin_cli.owns_session_key(f"hitl_pending:{sid}", "hitl_pending:", ALICE)
-    assert not admin_cli.owns_session_key(f"hitl_pending:{sid}:8448", "hitl_pending:", ALICE)
-    assert not admin_cli.owns_session_key(
+    assert erasure.owns_session_key(f"hitl_pending:{sid}", "hitl_pending:", ALICE)
+    assert not erasure.owns_session_key(f"hitl_pending:{sid}:8448", "hitl_pending:", ALICE)
+    assert not erasure.owns_session_key(
         "hitl_pending:!r:localhost:main:@x@alice:localhost", "hitl_pending:", ALICE
     )
-    assert admin_cli.owns_credential_key(redis_keys.credential_cache(ALICE, "acme", "t"), ALICE)
-    assert not admin_cli.owns_credential_key(redis_keys.credential_cache(ALICE + ".evil", "acme", "t"), ALICE)
+    assert erasure.owns_credential_key(redis_keys.credential_cache(ALICE, "acme", "t"), ALICE)
+    assert not erasure.owns_credential_key(redis_keys.credential_cache(ALICE + ".evil", "acme", "t"), ALICE)
     base = {"service": "bot", "resource": "agent:vagent", "decision": "allowed", "event_type": "agent_access"}
-    assert admin_cli.event_is_theirs(AuditEvent.model_validate({**base, "user_id": ALICE}), ALICE)
-    assert admin_cli.event_is_theirs(
+    assert erasure.event_is_theirs(AuditEvent.model_validate({**base, "user_id": ALICE}), ALICE)
+    assert erasure.event_is_theirs(
         AuditEvent.model_validate({**base, "user_id": "@c:x", "session_id": sid}), ALICE
     )
-    assert not admin_cli.event_is_theirs(
+    assert not erasure.event_is_theirs(
         AuditEvent.model_validate({**base, "user_id": "@alice:localhost.evil"}), ALICE
     )
     forgotten = {**base, "event_type": "user_forgotten", "decision": "done", "user_id": ALICE}
-    assert not admin_cli.event_is_theirs(AuditEvent.model_validate(forgotten), ALICE)
+    assert not erasure.event_is_theirs(AuditEvent.model_validate(forgotten), ALICE)
 
 
 def test_glob_characters_are_escaped_in_every_pattern() -> None:
@@ -598,5 +602,5 @@ def test_valid_user_ids() -> None:
         "@bob:10.0.0.1",
         "@a*[b]?:localhost",
     ]:
-        assert admin_cli.valid_user_id(ok), ok
-    assert not admin_cli.valid_user_id("@" + "a" * 250 + ":localhost")
+        assert erasure.valid_user_id(ok), ok
+    assert not erasure.valid_user_id("@" + "a" * 250 + ":localhost")

@@ -1,5 +1,5 @@
 """The service's chat model (llm.make_chat_model: ChatOpenAI whose chat.completions is
-openai_plain's, on the SDK's own client): the openai SDK retries a failed request itself, as
+lean_openai's, on the SDK's own client): the openai SDK retries a failed request itself, as
 often as LLM_MAX_RETRIES says, and its errors reach the user as short error events. Against
 the scripted OpenAI-compatible server."""
 
@@ -11,8 +11,8 @@ from langchain_core.language_models import BaseChatModel
 
 from tests.support.llm_server import ScriptedLLMServer
 from vagent_graph.agent import load_descriptor
+from vagent_graph.event_stream import error_event_for
 from vagent_graph.llm import make_chat_model
-from vagent_graph.runner import error_event_for
 from vagent_shared.settings import GraphSettings
 
 

@@ -239,11 +239,11 @@ def listed(titles: list[str]) -> str:
 
 
 def audit_events(make_run: dict[str, int]) -> list[dict[str, object]]:
-    """`vagent-audit tail --json` against the stack's Redis (as README tells people to run it)."""
+    """`vagent audit tail --json` against the stack's Redis (as README tells people to run it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUDIT_")}
     env["REDIS_URL"] = f"redis://127.0.0.1:{make_run['REDIS_PORT']}/0"
     out = subprocess.run(
-        [str(BIN / "vagent-audit"), "tail", "--json", "--count", "2000"],
+        [str(BIN / "vagent"), "audit", "tail", "--json", "--count", "2000"],
         env=env,
         capture_output=True,
         text=True,
@@ -259,7 +259,7 @@ def test_make_run_tickets_with_each_users_own_key_and_the_audit_trail(
 ) -> None:
     """Issue 13's "done when": in the `make run` stack, "what are my open tickets?" shows alice
     HER tickets and bob his (each fetched with their own key from the dev Credential Registry),
-    carol (no key) is told no credential is configured, and `vagent-audit tail` shows it all."""
+    carol (no key) is told no credential is configured, and `vagent audit tail` shows it all."""
     question = "what are my open tickets?"
     mine = {u: open_tickets(f"@{u}:localhost") for u in ("alice", "bob")}
     assert mine["alice"] and mine["bob"] and not set(mine["alice"]) & set(mine["bob"])

@@ -1,5 +1,5 @@
 """Nothing is held in the graph process while people think: the checkpointer's key-name memo
-(unbounded in langgraph-checkpoint-redis 0.5.x) is bounded by the service (storage.py), and
+(unbounded in langgraph-checkpoint-redis 0.5.x) is bounded by the service (checkpointer.py), and
 a session whose names were dropped from it still resumes. Real Redis, the runtime as the
 service opens it, the scripted LLM. RSS itself is measured by `make bench-capacity`."""
 
@@ -15,19 +15,19 @@ from langgraph.types import Command
 from tests.support.factories import ac, new_session
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
-from vagent_graph.runner import durability_for
-from vagent_graph.runtime import Runtime, run_config
-from vagent_graph.storage import KEY_CACHE_MAX, BoundedKeyCache
-from vagent_graph.workflow import new_turn_input
+from vagent_graph.checkpointer import KEY_CACHE_MAX, BoundedKeyCache
+from vagent_graph.event_stream import durability_for
+from vagent_graph.resources import Resources
+from vagent_graph.workflow import new_turn_input, run_config
 
 
 @pytest.fixture
-async def runtime(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Runtime]:
+async def runtime(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Resources]:
     async with scripted_runtime(redis_url, llm_server.base_url, tmp_path) as rt:
         yield rt
 
 
-async def run(rt: Runtime, sid: str, graph_input: Any) -> None:
+async def run(rt: Resources, sid: str, graph_input: Any) -> None:
     async for _ in rt.graph.astream(
         graph_input, run_config(sid), stream_mode="updates", durability=durability_for(graph_input)
     ):
@@ -45,7 +45,7 @@ def test_the_memo_is_emptied_when_full_and_answers_what_was_just_stored() -> Non
 
 
 async def test_parked_sessions_leave_a_bounded_memo_and_all_resume(
-    runtime: Runtime, llm_server: ScriptedLLMServer
+    runtime: Resources, llm_server: ScriptedLLMServer
 ) -> None:
     memo = runtime.checkpointer._key_cache
     assert isinstance(memo, BoundedKeyCache) and memo.max_entries == KEY_CACHE_MAX

@@ -1,4 +1,4 @@
-"""A run's prelude (runner.Run, closing a stale question before a new turn): it runs in the
+"""A run's prelude (event_stream.Run, closing a stale question before a new turn): it runs in the
 run's task before the graph, its failure fails the run with an `error` event and not the
 request, and a run closed meanwhile (the client went away) stops there, without an LLM
 call and without leaving anything behind. Real Redis, the real compiled workflow, the
@@ -18,14 +18,14 @@ from tests.support.factories import ac, new_session
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
 from vagent_graph import metrics
-from vagent_graph.runner import Prelude, Run
-from vagent_graph.runtime import Runtime, run_config
-from vagent_graph.workflow import new_turn_input
+from vagent_graph.event_stream import Prelude, Run
+from vagent_graph.resources import Resources
+from vagent_graph.workflow import new_turn_input, run_config
 from vagent_shared.events import ErrorEvent, SSEEvent, TextChunk
 
 
 @pytest.fixture
-async def runtime(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Runtime]:
+async def runtime(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> AsyncIterator[Resources]:
     async with scripted_runtime(redis_url, llm_server.base_url, tmp_path) as rt:
         yield rt
 
@@ -38,7 +38,7 @@ async def loop_errors() -> list[dict[str, Any]]:
     return errors
 
 
-def new_run(rt: Runtime, prelude: Prelude | None) -> Run:
+def new_run(rt: Resources, prelude: Prelude | None) -> Run:
     sid = new_session().format()
     return Run(rt.graph, new_turn_input("hi", ac(superuser=True)), run_config(sid), 30, prelude=prelude)
 
@@ -51,7 +51,7 @@ def active_runs() -> float:
     return float(metrics.ACTIVE_RUNS._value.get())
 
 
-async def test_the_prelude_runs_before_the_graph(runtime: Runtime, llm_server: ScriptedLLMServer) -> None:
+async def test_the_prelude_runs_before_the_graph(runtime: Resources, llm_server: ScriptedLLMServer) -> None:
     llm_server.push_text("Hello there.")
     asked: list[int] = []
 
@@ -64,7 +64,7 @@ async def test_the_prelude_runs_before_the_graph(runtime: Runtime, llm_server: S
 
 
 async def test_a_failed_prelude_fails_the_run_with_an_error_event_not_the_request(
-    runtime: Runtime, llm_server: ScriptedLLMServer, loop_errors: list[dict[str, Any]]
+    runtime: Resources, llm_server: ScriptedLLMServer, loop_errors: list[dict[str, Any]]
 ) -> None:
     async def prelude() -> None:
         raise RuntimeError("the stale question could not be closed")
@@ -78,7 +78,7 @@ async def test_a_failed_prelude_fails_the_run_with_an_error_event_not_the_reques
 
 
 async def test_a_run_closed_during_its_prelude_stops_there(
-    runtime: Runtime, llm_server: ScriptedLLMServer, loop_errors: list[dict[str, Any]]
+    runtime: Resources, llm_server: ScriptedLLMServer, loop_errors: list[dict[str, Any]]
 ) -> None:
     started, cancelled = asyncio.Event(), asyncio.Event()
 

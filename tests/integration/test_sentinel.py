@@ -172,26 +172,27 @@ async def test_the_bots_redis_client_follows_the_master(
 
 
 def test_the_audit_cli_reads_through_the_sentinel(sentinel: SentinelSetup) -> None:
-    """`vagent-audit` with the same REDIS_URL; a bad one is named without its password."""
+    """`vagent audit` with the same REDIS_URL; a bad one is named without its password."""
     master, _ = sentinel.current()
     with redis.Redis(port=master.port) as r:
         r.xadd("audit:sentinel-test", {"not": "an event"})
     env = {**os.environ, "REDIS_URL": sentinel.url, "AUDIT_STREAM": "audit:sentinel-test"}
     ok = subprocess.run(
-        [str(BIN / "vagent-audit"), "export"], env=env, capture_output=True, text=True, timeout=60
+        [str(BIN / "vagent"), "audit", "export"], env=env, capture_output=True, text=True, timeout=60
     )
     assert ok.returncode == 0, ok.stderr
     assert "skipped 1 stream entry" in ok.stderr
 
     bad = {**env, "REDIS_URL": "redis+sentinel://:hunter2@127.0.0.1:notaport/vagentmaster"}
-    for cli in ("vagent-audit", "vagent-admin"):
-        args = ["export"] if cli == "vagent-audit" else ["forget", "@x:localhost"]
-        proc = subprocess.run([str(BIN / cli), *args], env=bad, capture_output=True, text=True, timeout=60)
+    for args in (["audit", "export"], ["admin", "forget", "@x:localhost"]):
+        proc = subprocess.run(
+            [str(BIN / "vagent"), *args], env=bad, capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 2 and "REDIS_URL" in proc.stderr, proc.stderr
         assert "hunter2" not in proc.stderr + proc.stdout
     down = {**env, "REDIS_URL": f"redis+sentinel://:hunter2@127.0.0.1:{free_port()}/vagentmaster"}
     proc = subprocess.run(
-        [str(BIN / "vagent-audit"), "export"], env=down, capture_output=True, text=True, timeout=60
+        [str(BIN / "vagent"), "audit", "export"], env=down, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "cannot reach Redis at sentinel 127.0.0.1:" in proc.stderr, proc.stderr
     assert "hunter2" not in proc.stderr

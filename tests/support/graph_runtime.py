@@ -1,4 +1,4 @@
-"""The graph's runtime as the service builds it (open_runtime, make_chat_model), on a
+"""The graph's resources as the service opens them (open_resources, make_chat_model), on a
 scripted LLM: for tests that drive runs in-process against real Redis."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from pathlib import Path
 
 from vagent_graph.agent import load_descriptor
 from vagent_graph.llm import make_chat_model
-from vagent_graph.runtime import Runtime, open_runtime
-from vagent_graph.tools import default_registry
+from vagent_graph.resources import Resources, open_resources
+from vagent_graph.tools.catalogue import default_registry
 from vagent_shared.settings import GraphSettings
 
 
 @asynccontextmanager
-async def scripted_runtime(redis_url: str, llm_base_url: str, data_dir: Path) -> AsyncIterator[Runtime]:
+async def scripted_runtime(redis_url: str, llm_base_url: str, data_dir: Path) -> AsyncIterator[Resources]:
     settings = GraphSettings(
         REDIS_URL=redis_url,
         RECORDS_DB_PATH=data_dir / "records.db",
@@ -25,5 +25,7 @@ async def scripted_runtime(redis_url: str, llm_base_url: str, data_dir: Path) ->
         GRAPH_INSECURE_DEV=True,
     )
     agent = load_descriptor(settings.AGENT_DESCRIPTOR)
-    async with open_runtime(settings, agent, default_registry(), make_chat_model(settings, agent), "m") as rt:
+    async with open_resources(
+        settings, agent, default_registry(), make_chat_model(settings, agent), "m"
+    ) as rt:
         yield rt

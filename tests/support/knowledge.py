@@ -52,6 +52,6 @@ async def ingest(
     fmt: DocumentFormat = "markdown",
     title: str | None = None,
 ) -> DocumentInfo:
-    """Parse, chunk, embed and write one document, as `vagent-docs ingest` does."""
+    """Parse, chunk, embed and write one document, as `vagent docs ingest` does."""
     doc = spec(doc_id=doc_id, domain=domain, category=category, tags=tags, title=title)
     return await store.put(await embed(parse(text.encode(), fmt, f"{doc_id}.md", doc), store.embedder))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vagent_bot.access import agent_allowed
-from vagent_bot.acp import SUPERUSER_GROUP, Policy, PolicyError, Reason, context_for, load_policy
+from vagent_dev.acp import SUPERUSER_GROUP, Policy, PolicyError, Reason, context_for, load_policy
 from vagent_shared.access import AcContext
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,27 +1,17 @@
-"""vagent-audit's pure parts: times to stream ids, the filter, the table, JSON lines."""
+"""`vagent audit`'s pure parts: times to stream ids, the filter, the table, JSON lines."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from vagent_graph import audit_cli
-from vagent_graph.audit_cli import (
-    COLUMNS,
-    Filter,
-    cell,
-    format_time,
-    id_before,
-    json_line,
-    parse_when,
-    spans_days,
-    stream_id,
-    table_header,
-    table_row,
-)
+from vagent_graph import cli
+from vagent_graph.audit_reader import Filter, id_before, parse_when, stream_id
+from vagent_graph.cli import audit as audit_cli
+from vagent_graph.cli.audit import COLUMNS, Query, format_time, json_line, spans_days, table_header, table_row
+from vagent_graph.cli.output import cell
 from vagent_shared.audit import AuditEvent
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
@@ -42,6 +32,16 @@ def event(**over: object) -> AuditEvent:
         "metadata": {"args": {"older_than": "2018-01-01"}},
     }
     return AuditEvent.model_validate(base | over)
+
+
+def parse_args(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Query:
+    """What `vagent audit ARGV` asks the stream for, without reading it."""
+    asked: list[Query] = []
+    monkeypatch.setattr(audit_cli, "read", lambda _show, q: asked.append(q))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["audit", *argv])
+    assert exc.value.code == 0 and len(asked) == 1
+    return asked[0]
 
 
 @pytest.mark.parametrize(
@@ -81,17 +81,17 @@ def test_bad_times_say_which_forms_are_accepted(text: str) -> None:
         parse_when(text, NOW)
 
 
-def test_a_bad_since_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_since_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        audit_cli.parser().parse_args(["tail", "--since", "yesterday"])
+        cli.main(["audit", "tail", "--since", "yesterday"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "argument --since: 'yesterday' is neither a duration" in err
+    assert "Invalid value for '--since': 'yesterday' is neither a duration" in err
 
 
 def test_until_before_since_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        audit_cli.main(["export", "--since", "2026-11-22T10:00:00Z", "--until", "2026-11-21T10:00:00Z"])
+        cli.main(["audit", "export", "--since", "2026-11-22T10:00:00Z", "--until", "2026-11-21T10:00:00Z"])
     assert exc.value.code == 2 and "--until is before --since" in capsys.readouterr().err
 
 
@@ -124,8 +124,8 @@ def test_filter_matches_every_given_field_exactly() -> None:
     assert not Filter(user="@alice:localhost", decision="allowed").matches(e)
 
 
-def test_the_cli_offers_exactly_the_contracts_decisions_and_types() -> None:
-    args = audit_cli.parser().parse_args(["tail", "--decision", "expired", "--type", "user_forgotten"])
+def test_the_cli_offers_exactly_the_contracts_decisions_and_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = parse_args(["tail", "--decision", "expired", "--type", "user_forgotten"], monkeypatch)
     assert (args.decision, args.event_type, args.count, args.follow, args.json) == (
         "expired",
         "user_forgotten",
@@ -134,9 +134,9 @@ def test_the_cli_offers_exactly_the_contracts_decisions_and_types() -> None:
         False,
     )
     with pytest.raises(SystemExit):
-        audit_cli.parser().parse_args(["tail", "--decision", "maybe"])
+        cli.main(["audit", "tail", "--decision", "maybe"])
     with pytest.raises(SystemExit):
-        audit_cli.parser().parse_args(["tail", "--count", "-3"])
+        cli.main(["audit", "tail", "--count", "-3"])
 
 
 def test_times_are_utc_clock_or_full_iso() -> None:
@@ -197,7 +197,6 @@ def test_json_lines_round_trip_exactly() -> None:
     assert json.loads(line)["user_id"] == "@alice:localhost"
 
 
-def test_count_zero_is_allowed_with_follow() -> None:
-    args = audit_cli.parser().parse_args(["tail", "-n", "0", "-f", "--json"])
+def test_count_zero_is_allowed_with_follow(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = parse_args(["tail", "-n", "0", "-f", "--json"], monkeypatch)
     assert args.count == 0 and args.follow and args.json
-    assert isinstance(audit_cli.parser(), argparse.ArgumentParser)

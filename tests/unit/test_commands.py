@@ -6,8 +6,8 @@ import pytest
 
 from vagent_bot.commands import Command, parse_command
 from vagent_bot.commands import help_text as make_help
+from vagent_bot.rendering import render_markdown
 from vagent_bot.routing import parse_message, should_answer
-from vagent_bot.streaming import render_markdown
 
 
 @pytest.mark.parametrize(

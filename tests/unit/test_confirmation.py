@@ -3,7 +3,7 @@ to hide one (confirmation.py), as the bot will render them in Matrix."""
 
 from __future__ import annotations
 
-from vagent_bot.streaming import render_markdown
+from vagent_bot.rendering import render_markdown
 from vagent_graph.confirmation import (
     MAX_SHOWN_CHARS,
     TAIL_CHARS,

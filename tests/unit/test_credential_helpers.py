@@ -1,4 +1,4 @@
-"""How a credential is applied and how long it may be cached: pure parts of credentials.py."""
+"""How a credential is applied and how long it may be cached: pure parts of services/credentials.py."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from vagent_graph.credentials import (
+from vagent_graph.services.credentials import (
     CredentialDenied,
     CredentialMissing,
     CredentialUnavailable,
     cache_seconds,
     credential_auth,
 )
-from vagent_graph.workflow import credential_failure_text
+from vagent_graph.tool_calls import credential_failure_text
 from vagent_shared.credentials import CredentialResponse
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

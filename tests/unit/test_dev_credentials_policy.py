@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vagent_graph.devservices.credential_registry import (
+from vagent_dev.credential_registry import (
     Outcome,
     Policy,
     PolicyError,
@@ -22,7 +22,7 @@ from vagent_graph.devservices.credential_registry import (
     lookup,
     secret_problem,
 )
-from vagent_graph.devservices.tickets import SeedError, load_seed
+from vagent_dev.tickets import SeedError, load_seed
 from vagent_shared.credentials import CredentialRequest
 
 ROOT = Path(__file__).resolve().parents[2]

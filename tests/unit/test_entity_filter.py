@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.factories import ac
+from vagent_graph.knowledge.cypher import cypher_string, cypher_value, params_header
 from vagent_graph.knowledge.entity_filter import FALSE, TRUE, entity_predicate
-from vagent_graph.knowledge.entity_store import cypher_string, cypher_value, params_header
 from vagent_graph.knowledge.readers import ENTITY_KINDS, Grants, Readers, readers_for
 from vagent_shared.knowledge import Audience, AudienceMember
 

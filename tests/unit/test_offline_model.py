@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from vagent_graph.offline_model import OfflineChatModel, plan_reply
-from vagent_graph.tools import default_registry
+from vagent_graph.tools.catalogue import default_registry
 
 REG = default_registry()
 

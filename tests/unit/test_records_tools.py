@@ -10,16 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.factories import ac
-from vagent_graph.tools import Services
-from vagent_graph.tools.records import RecordsDb, count_older_than, ensure_records_db
-from vagent_graph.tools.registry import (
-    Changed,
-    NothingToDo,
-    Prepared,
-    ToolContext,
-    default_registry,
-    result_text,
-)
+from vagent_graph.services import Services
+from vagent_graph.services.records import RecordsDb, count_older_than, ensure_records_db
+from vagent_graph.tools.base import Changed, NothingToDo, Prepared, ToolContext, result_text
+from vagent_graph.tools.catalogue import default_registry
 
 REG = default_registry()
 

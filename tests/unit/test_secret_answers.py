@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -168,10 +169,15 @@ class Harness:
             cast(Any, self.hitl),
             cast(Any, self.graph),
             cast(Any, None),
-            check_access=check_access,
-            resolve_audience=resolve_audience,
-            new_answer=lambda _room, thread, reply: cast(Any, FakeAnswer(self.sent, thread, reply)),
-            converse=converse,
+            cast(
+                Any,
+                SimpleNamespace(
+                    check_access=check_access,
+                    resolve_audience=resolve_audience,
+                    new_answer=lambda _room, thread, reply: cast(Any, FakeAnswer(self.sent, thread, reply)),
+                    converse=converse,
+                ),
+            ),
         )
 
     async def answer(self, text: str, addressed: bool = True, event_id: str = "$answer") -> None:

@@ -5,7 +5,7 @@ question is taken from Redis exactly once (another process or a double click los
 the answer resumes the graph run, streamed like any other answer. The room's audience is
 resolved afresh for the answer: people may have joined or left while the question waited.
 The asking side (saving the question when the graph sends one) is part of relaying the
-graph's answer.
+graph's answer (`conversation`).
 
 An answer that looks like a secret (a password, key or token, or a random-looking word given
 to a question that asked for one: `secret_answer`) is refused
@@ -18,22 +18,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import structlog
 
 from vagent_bot import metrics
 from vagent_bot.access import AccessResult
+from vagent_bot.conversation import OpenStream
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
-from vagent_bot.responder import Answer
 from vagent_bot.routing import IncomingMessage
 from vagent_bot.sessions import SessionWorkers
+from vagent_bot.streaming import Answer
 from vagent_shared.audit import Decision
 from vagent_shared.audit_trail import AuditTrail
-from vagent_shared.events import SSEEvent
 from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
 from vagent_shared.knowledge import Audience
 from vagent_shared.secrets import looks_like_secret, secret_answer
@@ -76,34 +75,35 @@ def check_answer(text: str, options: list[str] | tuple[str, ...], question: str 
     return AnswerCheck("invalid") if answer is None else AnswerCheck("answer", answer)
 
 
-OpenStream = Callable[[], AsyncIterator[SSEEvent]]
-CheckAccess = Callable[[str, str], Coroutine[Any, Any, AccessResult | None]]
-ResolveAudience = Callable[[str, str], Coroutine[Any, Any, Audience | None]]
-NewAnswer = Callable[[str, str | None, str | None], Answer]
-Converse = Callable[[SessionId, Answer, OpenStream, float], Coroutine[Any, Any, None]]
+class Turns(Protocol):
+    """What an answer to a question shares with a new message: one turn of the conversation
+    (`conversation.Conversations`), so both take the same way to the graph and back."""
+
+    async def check_access(self, room_id: str, user_id: str) -> AccessResult | None: ...
+
+    async def resolve_audience(self, room_id: str, sender: str) -> Audience | None: ...
+
+    def new_answer(self, room_id: str, thread_root: str | None, reply_to: str | None) -> Answer: ...
+
+    async def converse(
+        self, sid: SessionId, answer: Answer, open_stream: OpenStream, sent_at: float
+    ) -> None: ...
 
 
 class Questions:
-    """`check_access(room_id, user_id)`, `resolve_audience(room_id, user_id)`,
-    `new_answer(room_id, thread_root, reply_to)` and `converse(sid, answer, open_stream,
-    sent_at)` are the bot's, shared with new messages."""
+    """Answers to the agent's pending questions; `turns` takes each one to the graph."""
 
     def __init__(
         self,
         hitl: HitlStore,
         graph: GraphClient,
         workers: SessionWorkers,
+        turns: Turns,
         *,
-        check_access: CheckAccess,
-        resolve_audience: ResolveAudience,
-        new_answer: NewAnswer,
-        converse: Converse,
         audit: AuditTrail | None = None,
     ) -> None:
-        self.hitl, self.graph, self.workers = hitl, graph, workers
+        self.hitl, self.graph, self.workers, self.turns = hitl, graph, workers, turns
         self.audit = audit
-        self._check_access, self._new_answer, self._converse = check_access, new_answer, converse
-        self._resolve_audience = resolve_audience
 
     async def answer_pending(
         self,
@@ -124,10 +124,10 @@ class Questions:
                 if early_access is not None:
                     early_access.cancel()
                 return  # group chatter by the same user is not an answer attempt
-            access = await (early_access or self._check_access(msg.room_id, msg.sender))
+            access = await (early_access or self.turns.check_access(msg.room_id, msg.sender))
             if access is None:
                 return  # a denied user learns nothing, not even that this looked like a secret
-            target = self._new_answer(msg.room_id, pending.thread_root, msg.event_id)
+            target = self.turns.new_answer(msg.room_id, pending.thread_root, msg.event_id)
             if checked.kind == "secret":
                 metrics.HITL.labels("secret_refused").inc()
                 log.warning(
@@ -216,8 +216,8 @@ class Questions:
             ac_context=access.ac,
             audience=audience,
         )
-        target = self._new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
-        await self._converse(
+        target = self.turns.new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
+        await self.turns.converse(
             SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
         )
 
@@ -249,9 +249,9 @@ class Questions:
         early_audience: asyncio.Future[Audience | None] | None,
     ) -> tuple[AccessResult | None, Audience | None]:
         """Both at once; the audience is awaited only for a user who may answer at all."""
-        audience = early_audience or asyncio.ensure_future(self._resolve_audience(room_id, user_id))
+        audience = early_audience or asyncio.ensure_future(self.turns.resolve_audience(room_id, user_id))
         try:
-            access = await (early_access or self._check_access(room_id, user_id))
+            access = await (early_access or self.turns.check_access(room_id, user_id))
             return access, (await audience if access is not None else None)
         finally:
             if not audience.done():

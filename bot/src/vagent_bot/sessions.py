@@ -35,59 +35,65 @@ class SessionWorkers:
     def submit(self, session_id: str, job: Job) -> None:
         if self._closing:
             return
-        s = self._sessions.setdefault(session_id, _Session())
-        s.queue.put_nowait(job)
-        if s.worker is None or s.worker.done():
-            s.worker = asyncio.create_task(self._work(session_id, s), name=f"session:{session_id}")
+        session = self._sessions.setdefault(session_id, _Session())
+        session.queue.put_nowait(job)
+        if session.worker is None or session.worker.done():
+            session.worker = asyncio.create_task(
+                self._work(session_id, session), name=f"session:{session_id}"
+            )
 
-    async def _work(self, session_id: str, s: _Session) -> None:
+    async def _work(self, session_id: str, session: _Session) -> None:
         while True:
             try:
-                job = await asyncio.wait_for(s.queue.get(), self._idle)
+                job = await asyncio.wait_for(session.queue.get(), self._idle)
             except TimeoutError:
-                if self._sessions.get(session_id) is s and s.queue.empty():
+                if self._sessions.get(session_id) is session and session.queue.empty():
                     del self._sessions[session_id]
                 return
-            s.current = asyncio.create_task(job())
+            session.current = asyncio.create_task(job())
             try:
-                await s.current
+                await session.current
             except asyncio.CancelledError:
-                if not s.current.cancelled():  # the worker itself is being cancelled
+                if not session.current.cancelled():  # the worker itself is being cancelled
                     raise
                 if asyncio.current_task() and asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise
             except Exception:
                 log.exception("session_job_failed", session_id=session_id)
             finally:
-                s.current = None
+                session.current = None
 
     def busy(self, session_id: str) -> bool:
-        s = self._sessions.get(session_id)
-        return bool(s and s.current and not s.current.done())
+        session = self._sessions.get(session_id)
+        return bool(session and session.current and not session.current.done())
 
     def stop(self, session_id: str) -> bool:
         """Cancel the running job of the session (queued ones still run)."""
-        s = self._sessions.get(session_id)
-        if s and s.current and not s.current.done():
-            s.current.cancel()
+        session = self._sessions.get(session_id)
+        if session and session.current and not session.current.done():
+            session.current.cancel()
             return True
         return False
 
     def active(self) -> int:
-        return sum(1 for s in self._sessions.values() if s.current and not s.current.done())
+        return sum(1 for session in self._sessions.values() if session.current and not session.current.done())
 
     async def shutdown(self, grace_seconds: float) -> None:
         """SIGTERM: finish what runs within the grace period, then cancel the rest."""
         self._closing = True
-        running = [s.current for s in self._sessions.values() if s.current and not s.current.done()]
+        running = [
+            session.current
+            for session in self._sessions.values()
+            if session.current and not session.current.done()
+        ]
         if running:
             await asyncio.wait(running, timeout=grace_seconds)
-        for s in self._sessions.values():
-            for t in (s.current, s.worker):
-                if t and not t.done():
-                    t.cancel()
-        for s in self._sessions.values():
-            for t in (s.current, s.worker):
-                if t:
+        for session in self._sessions.values():
+            for task in (session.current, session.worker):
+                if task and not task.done():
+                    task.cancel()
+        for session in self._sessions.values():
+            for task in (session.current, session.worker):
+                if task:
                     with contextlib.suppress(BaseException):
-                        await t
+                        await task

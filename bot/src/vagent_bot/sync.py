@@ -119,7 +119,7 @@ class SyncHandler:
         on_invite: OnInvite,
         spawn: Spawn,
     ) -> None:
-        self.s, self.client, self.redis, self.tenants = settings, client, redis, tenants
+        self.settings, self.client, self.redis, self.tenants = settings, client, redis, tenants
         self._on_event, self._on_invite, self._spawn = on_event, on_invite, spawn
         self.last_sync = 0.0
         self._skip_history = False
@@ -217,7 +217,7 @@ class SyncHandler:
         if not events:
             return []
         keys = [redis_keys.events_unfinished(self.me)]
-        args: list[Any] = [self.s.EVENT_DEDUP_TTL_SECONDS, self.s.EVENT_LEASE_SECONDS]
+        args: list[Any] = [self.settings.EVENT_DEDUP_TTL_SECONDS, self.settings.EVENT_LEASE_SECONDS]
         leased: set[str] = set()
         for event in events:
             src: dict[str, Any] = getattr(event, "source", {}) or {}
@@ -245,13 +245,13 @@ class SyncHandler:
     async def keep_leases(self) -> None:
         """Forever: renew the leases of the events this process works on, and once synced,
         take over the events of bots that died before finishing theirs."""
-        interval = self.s.EVENT_LEASE_SECONDS / 3
+        interval = self.settings.EVENT_LEASE_SECONDS / 3
         while True:
             try:
                 if self.held:
                     await self._renew_script(
                         keys=[redis_keys.events_unfinished(self.me)],
-                        args=[self.s.EVENT_LEASE_SECONDS, *self.held],
+                        args=[self.settings.EVENT_LEASE_SECONDS, *self.held],
                     )
                 if self.last_sync:
                     await self._take_over()
@@ -262,7 +262,7 @@ class SyncHandler:
     async def _take_over(self) -> None:
         flat = await self._take_over_script(
             keys=[redis_keys.events_unfinished(self.me)],
-            args=[self.s.EVENT_LEASE_SECONDS, redis_keys.event_unfinished(""), TAKEOVER_BATCH],
+            args=[self.settings.EVENT_LEASE_SECONDS, redis_keys.event_unfinished(""), TAKEOVER_BATCH],
         )
         for raw_id, raw in zip(flat[::2], flat[1::2], strict=True):
             event_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vagent_graph.agent import AgentDescriptor
-from vagent_graph.tools.registry import Tool, ToolRegistry
+from vagent_graph.tools import Tool, ToolRegistry
 from vagent_shared.access import AcContext, tool
 
 

@@ -23,7 +23,7 @@ from vagent_graph.knowledge.entity_store import EntityStore, EntityStoreError
 from vagent_graph.knowledge.ingest import embed, parse, spec
 from vagent_graph.knowledge.parsing import DocumentError, detect_format
 from vagent_graph.middleware import ADMIN_PREFIX, token_matches
-from vagent_graph.tools import Services
+from vagent_graph.services import Services
 from vagent_shared.http_errors import api_error
 from vagent_shared.knowledge import (
     DeleteResult,
@@ -68,7 +68,7 @@ def valid_doc_id(doc_id: str) -> str:
 
 async def require_admin_token(request: Request) -> None:
     """401 without the admin token; 403 when the admin API is off (no GRAPH_ADMIN_TOKEN)."""
-    settings: GraphSettings = request.app.state.rt.settings
+    settings: GraphSettings = request.app.state.resources.settings
     token = settings.GRAPH_ADMIN_TOKEN.get_secret_value() if settings.GRAPH_ADMIN_TOKEN else ""
     if not token:
         raise api_error(403, "admin_disabled", "The admin API is off: set GRAPH_ADMIN_TOKEN to use it.")
@@ -87,7 +87,7 @@ router = APIRouter(
 
 
 def _services(request: Request) -> Services:
-    return request.app.state.rt.services  # type: ignore[no-any-return]
+    return request.app.state.resources.services  # type: ignore[no-any-return]
 
 
 def documents(request: Request) -> DocumentStore:

@@ -17,13 +17,13 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
 from vagent_graph import metrics
+from vagent_graph.end_of_run import end_of_run
+from vagent_graph.event_stream import Run, durability_for
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.middleware import API_PREFIX
-from vagent_graph.runner import Run, durability_for
-from vagent_graph.runtime import Runtime, run_config
+from vagent_graph.resources import Resources
 from vagent_graph.session_lock import SessionBusy, SessionLock
-from vagent_graph.storage import end_of_run
-from vagent_graph.workflow import new_turn_input
+from vagent_graph.workflow import new_turn_input, run_config
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error
 from vagent_shared.secrets import looks_like_secret
@@ -38,12 +38,12 @@ from vagent_shared.wire import (
 log = structlog.get_logger(__name__)
 
 
-def runtime(request: Request) -> Runtime:
-    """The lifespan's resources (app.state.rt)."""
-    return request.app.state.rt  # type: ignore[no-any-return]
+def lifespan_resources(request: Request) -> Resources:
+    """What the lifespan opened (app.state.resources)."""
+    return request.app.state.resources  # type: ignore[no-any-return]
 
 
-RuntimeDep = Annotated[Runtime, Depends(runtime)]
+ResourcesDep = Annotated[Resources, Depends(lifespan_resources)]
 
 #: What the streaming routes answer instead of a stream (all with an ErrorResponse body).
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -53,10 +53,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(prefix=f"{API_PREFIX}v1", tags=["api"])
 
 
-async def acquire(r: Runtime, session_id: str) -> SessionLock:
+async def acquire(resources: Resources, session_id: str) -> SessionLock:
     """The session lock (one run per session across replicas), or a clear 409/503."""
     try:
-        return await SessionLock.acquire(r.redis, session_id, r.settings.RUN_TIMEOUT_SECONDS + 60)
+        return await SessionLock.acquire(
+            resources.redis, session_id, resources.settings.RUN_TIMEOUT_SECONDS + 60
+        )
     except SessionBusy:
         raise api_error(409, "session_busy", "This session is already answering another message.") from None
     except Exception as exc:
@@ -64,12 +66,18 @@ async def acquire(r: Runtime, session_id: str) -> SessionLock:
         raise api_error(503, "redis_unavailable", "The session store is not reachable.") from exc
 
 
-async def end_run(r: Runtime, lock: SessionLock, outcome: SSEEvent | None) -> None:
+async def end_run(resources: Resources, lock: SessionLock, outcome: SSEEvent | None) -> None:
     """After a run: bound the session's Redis bytes, remember whether a question waits,
-    unlock (storage.end_of_run, one round trip). Never fails the request."""
+    unlock (end_of_run.py, one round trip). Never fails the request."""
     waits = None if outcome is None else isinstance(outcome, HitlRequest)
     try:
-        await end_of_run(r.redis, r.checkpointer, lock, waits, r.settings.CHECKPOINT_TTL_MINUTES * 60)
+        await end_of_run(
+            resources.redis,
+            resources.checkpointer,
+            lock,
+            waits,
+            resources.settings.CHECKPOINT_TTL_MINUTES * 60,
+        )
     except Exception as exc:  # Redis gone: the lock's TTL cleans up
         log.warning("end_of_run_failed", error_type=type(exc).__name__)
 
@@ -81,7 +89,9 @@ async def release(lock: SessionLock) -> None:
         log.debug("lock_release_failed", error_type=type(exc).__name__)
 
 
-def sse(r: Runtime, endpoint: str, session_id: str, lock: SessionLock, run: Run) -> EventSourceResponse:
+def sse(
+    resources: Resources, endpoint: str, session_id: str, lock: SessionLock, run: Run
+) -> EventSourceResponse:
     start = time.perf_counter()
     batches = run.batches()
     outcome: SSEEvent | None = None
@@ -100,7 +110,7 @@ def sse(r: Runtime, endpoint: str, session_id: str, lock: SessionLock, run: Run)
         with anyio.CancelScope(shield=True):
             await batches.aclose()
             await run.close()  # also when the stream never started
-            await end_run(r, lock, outcome)
+            await end_run(resources, lock, outcome)
         metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
         log.info(
             "stream_closed",
@@ -143,16 +153,18 @@ def sse(r: Runtime, endpoint: str, session_id: str, lock: SessionLock, run: Run)
     )
 
 
-async def close_stale_question(r: Runtime, session_id: str) -> None:
+async def close_stale_question(resources: Resources, session_id: str) -> None:
     """A new message while a question is pending: the question expired on the bot side."""
     cfg = run_config(session_id)
-    state = await r.graph.aget_state(cfg)
+    state = await resources.graph.aget_state(cfg)
     if not state.interrupts:
         return
     log.info("hitl_expired", interrupt_ids=[i.id for i in state.interrupts])
     metrics.HITL_RESUMES.labels("expired").inc()
     cancel: Command[Any] = Command(resume=CANCEL_RESUME)
-    async for _ in r.graph.astream(cancel, cfg, stream_mode="updates", durability=durability_for(cancel)):
+    async for _ in resources.graph.astream(
+        cancel, cfg, stream_mode="updates", durability=durability_for(cancel)
+    ):
         pass
 
 
@@ -167,32 +179,34 @@ async def close_stale_question(r: Runtime, session_id: str) -> None:
         **_ERRORS,
     },
 )
-async def process_message(body: ProcessMessageRequest, r: RuntimeDep) -> EventSourceResponse:
+async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) -> EventSourceResponse:
     """Answer one user message as a stream of Server-Sent Events."""
     structlog.contextvars.bind_contextvars(session_id=body.session_id)
     if not body.message.strip():
         raise api_error(422, "empty_message", "message: must not be empty.")
-    if len(body.message) > r.settings.MAX_MESSAGE_CHARS:
+    if len(body.message) > resources.settings.MAX_MESSAGE_CHARS:
         raise api_error(
-            422, "message_too_long", f"message: longer than {r.settings.MAX_MESSAGE_CHARS} characters."
+            422,
+            "message_too_long",
+            f"message: longer than {resources.settings.MAX_MESSAGE_CHARS} characters.",
         )
     log.debug("process_message", user_id=body.user_id, chars=len(body.message))
     sid = body.session_id
 
-    lock = await acquire(r, sid)
+    lock = await acquire(resources, sid)
 
     async def close_stale() -> None:
-        await close_stale_question(r, sid)
+        await close_stale_question(resources, sid)
 
     run = Run(
-        r.graph,
+        resources.graph,
         new_turn_input(body.message, body.ac_context),
         run_config(sid, body.audience),
-        r.settings.RUN_TIMEOUT_SECONDS,
+        resources.settings.RUN_TIMEOUT_SECONDS,
         prelude=close_stale if lock.question_may_be_pending else None,
-        pacing=r.pacing,
+        pacing=resources.pacing,
     )
-    return sse(r, "process_message", sid, lock, run)
+    return sse(resources, "process_message", sid, lock, run)
 
 
 @router.post(
@@ -210,7 +224,7 @@ async def process_message(body: ProcessMessageRequest, r: RuntimeDep) -> EventSo
         **_ERRORS,
     },
 )
-async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep) -> Response:
+async def submit_feedback(body: FeedbackRequest, request: Request, resources: ResourcesDep) -> Response:
     """Resume the session's paused workflow with the human's answer."""
     structlog.contextvars.bind_contextvars(session_id=body.session_id)
     if looks_like_secret(body.response):  # the bot refuses these first; any other client too
@@ -221,9 +235,9 @@ async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep
             "response: looks like a password, key or token, so it was not accepted (the question "
             "is still open). Answer without it.",
         )
-    lock = await acquire(r, body.session_id)
+    lock = await acquire(resources, body.session_id)
     try:
-        state = await r.graph.aget_state(run_config(body.session_id))
+        state = await resources.graph.aget_state(run_config(body.session_id))
     except Exception:
         await release(lock)
         raise
@@ -242,7 +256,7 @@ async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep
     command: Command[Any] = Command(resume=body.response, update=update or None)
     cfg = run_config(body.session_id, body.audience)
 
-    run = Run(r.graph, command, cfg, r.settings.RUN_TIMEOUT_SECONDS, pacing=r.pacing)
+    run = Run(resources.graph, command, cfg, resources.settings.RUN_TIMEOUT_SECONDS, pacing=resources.pacing)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         batches = run.batches()
@@ -254,9 +268,9 @@ async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep
             await batches.aclose()
             await run.close()
             last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
-            await end_run(r, lock, last)
+            await end_run(resources, lock, last)
         return JSONResponse(_ack(collected).model_dump())
-    return sse(r, "submit_feedback", body.session_id, lock, run)
+    return sse(resources, "submit_feedback", body.session_id, lock, run)
 
 
 @router.post(
@@ -264,12 +278,12 @@ async def submit_feedback(body: FeedbackRequest, request: Request, r: RuntimeDep
     response_model=FeedbackAck,
     responses={401: {"model": ErrorResponse}, 409: {"model": ErrorResponse}},
 )
-async def reset_session(body: ResetRequest, r: RuntimeDep) -> FeedbackAck:
+async def reset_session(body: ResetRequest, resources: ResourcesDep) -> FeedbackAck:
     """Forget the session's conversation and any pending question (`!reset`)."""
     structlog.contextvars.bind_contextvars(session_id=body.session_id)
-    lock = await acquire(r, body.session_id)
+    lock = await acquire(resources, body.session_id)
     try:
-        await r.checkpointer.adelete_thread(body.session_id)
+        await resources.checkpointer.adelete_thread(body.session_id)
     finally:
         await release(lock)
     log.info("session_reset")

@@ -1,6 +1,6 @@
 """The graph service: FastAPI + SSE around the compiled workflow. The routes live in
 module-level routers (api.py: the bot's API; admin.py: ingestion; here: health and metrics);
-the resources they share are opened in the lifespan (runtime.py)."""
+the resources they share are opened in the lifespan (resources.py)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vagent_graph import admin, api, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
-from vagent_graph.api import RuntimeDep
+from vagent_graph.api import ResourcesDep
 from vagent_graph.knowledge.embeddings import make_embedder
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware
 from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.runtime import Runtime, open_runtime, run_config
-from vagent_graph.tools import ToolRegistry, default_registry
+from vagent_graph.resources import open_resources
+from vagent_graph.tools import ToolRegistry
+from vagent_graph.tools.catalogue import default_registry
 from vagent_shared.http_errors import install_error_handlers
 from vagent_shared.settings import GraphSettings
 from vagent_shared.wire import HealthResponse
-
-__all__ = ["InsecureConfigError", "Runtime", "check_security", "create_app", "open_runtime", "run_config"]
 
 log = structlog.get_logger(__name__)
 
@@ -55,16 +54,16 @@ service_router = APIRouter()
 
 
 @service_router.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
-async def health(r: RuntimeDep) -> JSONResponse:
+async def health(resources: ResourcesDep) -> JSONResponse:
     ok = True
     try:
-        await asyncio.wait_for(r.redis.ping(), timeout=2)  # type: ignore[misc]
+        await asyncio.wait_for(resources.redis.ping(), timeout=2)  # type: ignore[misc]
     except Exception:
         ok = False
     body = HealthResponse(
         status="healthy" if ok else "unhealthy",
         active_sessions=int(metrics.ACTIVE_RUNS._value.get()),
-        uptime_seconds=round(time.monotonic() - r.started, 3),
+        uptime_seconds=round(time.monotonic() - resources.started, 3),
     )
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
@@ -135,8 +134,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_runtime(settings, agent, registry, chat_model, label, embedder) as runtime:
-            app.state.rt = runtime
+        async with open_resources(settings, agent, registry, chat_model, label, embedder) as resources:
+            app.state.resources = resources
             tune_gc()
             log.info(
                 "graph_started",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from vagent_graph.confirmation import arguments_digest, as_question, question_text
-from vagent_graph.tools.registry import Prepared, Tool
+from vagent_graph.tools import Prepared, Tool
 from vagent_shared.knowledge import Audience
 
 Approval = dict[str, Any]

@@ -11,7 +11,7 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from vagent_graph.tools.registry import Question
+from vagent_graph.tools import Question
 from vagent_shared.hitl import normalize_answer
 
 #: Resume value that closes a question nobody will answer (the bot's timeout expired).

@@ -23,7 +23,7 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         return OfflineChatModel()
     from langchain_openai import ChatOpenAI
 
-    from vagent_graph.openai_plain import PlainChatCompletions
+    from vagent_graph.lean_openai import PlainChatCompletions
 
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
     chat = ChatOpenAI(
@@ -40,7 +40,7 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
     )
     # The same SDK client (its request, retry and timeout machinery), minus the pydantic
     # model it builds per streamed chunk and its per-request walk over every message:
-    # ~45% more conversations per core (openai_plain's docstring, bench/README.md).
+    # ~45% more conversations per core (lean_openai's docstring, bench/README.md).
     # Set after construction: validate_environment builds root_async_client only when no
     # async_client is given, and ChatOpenAI does not validate assignments.
     chat.async_client = PlainChatCompletions(chat.root_async_client)

@@ -107,8 +107,8 @@ def _refused(scope: Scope, header_present: bool) -> None:
         client=client[0] if client else None,
         auth_header_present=header_present,
     )
-    runtime = getattr(getattr(scope.get("app"), "state", None), "rt", None)
-    trail = runtime.services.find(AuditTrail) if runtime is not None else None
+    resources = getattr(getattr(scope.get("app"), "state", None), "resources", None)
+    trail = resources.services.find(AuditTrail) if resources is not None else None
     if trail is not None:  # nobody is known: the caller failed to prove it is the bot
         trail.record(
             "access_denied",

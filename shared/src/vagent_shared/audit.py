@@ -26,7 +26,7 @@ AuditEventType = Literal[
     "credential_access",  # graph: a user's credential fetched (never its value)
     "hitl_decision",  # bot: who answered which confirmation, and how
     "access_denied",  # either: a security refusal (forged token, a tool never offered, ...)
-    "user_forgotten",  # vagent-admin forget: a user's data was erased
+    "user_forgotten",  # vagent admin forget: a user's data was erased
 ]
 Decision = Literal["allowed", "denied", "error", "approved", "declined", "answered", "expired", "done"]
 #: The one field of a stream entry: the event as JSON.

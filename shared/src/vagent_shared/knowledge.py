@@ -96,7 +96,7 @@ DocumentFormat = Literal["markdown", "text", "html", "pdf"]
 
 
 class DocumentInfo(BaseModel):
-    """One ingested document, as `vagent-docs list` and the admin API show it."""
+    """One ingested document, as `vagent docs list` and the admin API show it."""
 
     doc_id: DocId
     domain: Domain

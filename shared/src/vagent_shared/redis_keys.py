@@ -91,7 +91,7 @@ def doc_chunk(index: str, domain: str, doc_id: str, position: int) -> str:
 
 
 def doc_meta(index: str, domain: str, doc_id: str) -> str:
-    """A document's metadata (hash; `vagent-docs list` reads these)."""
+    """A document's metadata (hash; `vagent docs list` reads these)."""
     return f"{index}:doc:{doc_key(domain, doc_id)}"
 
 
@@ -134,7 +134,7 @@ def credential_cache_pattern(user_id: str) -> str:
     return f"{CREDENTIAL_CACHE_PREFIX}{glob_escape(user_id)}|*"
 
 
-# ---- erasure (vagent-admin forget) ----
+# ---- erasure (vagent admin forget) ----
 # SCAN MATCH patterns that find the CANDIDATE keys of one user; the caller checks the owner of
 # each one by parsing (a pattern alone cannot tell `@alice:localhost` from `@alice:localhost:8448`).
 

@@ -87,7 +87,7 @@ class GraphSettings(CommonSettings):
     #: Service token sent to the registry as `Authorization: Bearer ...` (if it asks for one).
     CREDENTIAL_REGISTRY_TOKEN: SecretStr | None = None
     CREDENTIAL_REGISTRY_TIMEOUT_SECONDS: float = Field(default=5.0, gt=0)
-    #: Fernet key (`vagent-credentials genkey`) for the Redis credential cache; unset: no cache.
+    #: Fernet key (`vagent admin genkey`) for the Redis credential cache; unset: no cache.
     CREDENTIAL_CACHE_KEY: SecretStr | None = None
     #: A cached credential is dropped this long before its `expires_at`.
     CREDENTIAL_CACHE_MARGIN_SECONDS: int = Field(default=60, ge=0)
@@ -173,40 +173,3 @@ class BotSettings(CommonSettings):
     @property
     def server_name(self) -> str:
         return self.MATRIX_USER.partition(":")[2]
-
-
-class CredentialRegistrySettings(BaseSettings):
-    """The development Credential Registry (`vagent-credentials`)."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
-
-    CREDENTIALS_HOST: str = "127.0.0.1"
-    CREDENTIALS_PORT: int = Field(default=8091, ge=1, le=65535)
-    CREDENTIALS_POLICY_FILE: Path = Path("deploy/dev/credentials.yaml")
-    #: If set, callers must send it as `Authorization: Bearer ...`.
-    CREDENTIAL_REGISTRY_TOKEN: SecretStr | None = None
-    LOG_LEVEL: str = "INFO"
-
-
-class TicketsSettings(BaseSettings):
-    """The demo ticket service (`vagent-tickets`), which authenticates people by API key."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
-
-    TICKETS_HOST: str = "127.0.0.1"
-    TICKETS_PORT: int = Field(default=8092, ge=1, le=65535)
-    #: Who owns which API key, and the demo tickets to start with.
-    TICKETS_SEED_FILE: Path = Path("deploy/dev/tickets.yaml")
-    TICKETS_DB_PATH: Path = Path(".data/tickets.db")
-    LOG_LEVEL: str = "INFO"
-
-
-class AcpSettings(BaseSettings):
-    """The development AccessControlProvider (`vagent-acp`)."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
-
-    ACP_HOST: str = "127.0.0.1"
-    ACP_PORT: int = Field(default=8090, ge=1, le=65535)
-    ACP_POLICY_FILE: Path = Path("deploy/dev/acp-policy.yaml")
-    LOG_LEVEL: str = "INFO"

@@ -2,7 +2,7 @@
 
 Chunks are Redis hashes under `{index}:chunk:` (vagent_shared.redis_keys). The index
 records which embedding model built it (`{index}:meta`); vectors of two models are never
-mixed: a different model is refused until `vagent-docs reindex` has rebuilt the vectors.
+mixed: a different model is refused until `vagent docs reindex` has rebuilt the vectors.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def index_schema(index: str, dims: int, algorithm: str) -> IndexSchema:
 def mismatch_message(index: str, built: IndexMeta, model_id: str) -> str:
     return (
         f"The document index '{index}' was built with the embedding model '{built.model_id}', "
-        f"but the configured model is '{model_id}'. Run `vagent-docs reindex` to rebuild its "
+        f"but the configured model is '{model_id}'. Run `vagent docs reindex` to rebuild its "
         "vectors (or configure the model it was built with)."
     )
 

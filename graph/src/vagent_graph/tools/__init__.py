@@ -1,23 +1,26 @@
-"""Tools the agent may call. Register new ones here or via the `vagent.tools` entry point."""
+"""Tools the agent may call: what a tool is (base.py), the registry (registry.py) and the
+built-in ones (catalogue.py, one module each here). Another package adds its own through the
+`vagent.tools` entry point; what tools work with is in vagent_graph.services."""
 
-from vagent_graph.tools.registry import (
+from vagent_graph.tools.base import (
+    Changed,
+    NothingToDo,
+    Prepared,
     Question,
-    Services,
-    ServiceUnavailable,
     Tool,
     ToolContext,
-    ToolRegistry,
     ToolResult,
-    default_registry,
 )
+from vagent_graph.tools.registry import ToolRegistry, ToolSource
 
 __all__ = [
+    "Changed",
+    "NothingToDo",
+    "Prepared",
     "Question",
-    "ServiceUnavailable",
-    "Services",
     "Tool",
     "ToolContext",
     "ToolRegistry",
     "ToolResult",
-    "default_registry",
+    "ToolSource",
 ]

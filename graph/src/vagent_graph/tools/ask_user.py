@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from vagent_graph.tools.registry import Question, Tool, ToolContext
+from vagent_graph.tools.base import Question, Tool, ToolContext
 
 
 class AskUserArgs(BaseModel):

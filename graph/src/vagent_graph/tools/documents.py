@@ -14,13 +14,14 @@ import structlog
 from pydantic import BaseModel, Field
 
 from vagent_graph import metrics
-from vagent_graph.audit import audit
 from vagent_graph.citations import number_of
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
 from vagent_graph.scope import DocRef, ResultScope
-from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext, ToolResult
+from vagent_graph.services import ServiceUnavailable
+from vagent_graph.services.audit import audit
+from vagent_graph.tools.base import Tool, ToolContext, ToolResult
 from vagent_shared.knowledge import SearchHit, SourceRef
 
 log = structlog.get_logger(__name__)

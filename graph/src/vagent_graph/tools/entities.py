@@ -16,12 +16,13 @@ import structlog
 from pydantic import BaseModel, Field
 
 from vagent_graph import metrics
-from vagent_graph.audit import audit
 from vagent_graph.knowledge.entities import Entity, EntityLookup
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
 from vagent_graph.scope import EntityRef, ResultScope
-from vagent_graph.tools.registry import ServiceUnavailable, Tool, ToolContext, ToolResult
+from vagent_graph.services import ServiceUnavailable
+from vagent_graph.services.audit import audit
+from vagent_graph.tools.base import Tool, ToolContext, ToolResult
 
 log = structlog.get_logger(__name__)
 

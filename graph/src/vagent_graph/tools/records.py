@@ -1,165 +1,22 @@
-"""Demo tools over a small SQLite "records" database the service creates and seeds.
+"""Demo tools over the small SQLite "records" database (services/records.py).
 
-`database_query` opens the file READ-ONLY (SQLite URI mode=ro + query_only), so no
-SQL text can write, whatever it says. `delete_records` asks first, stating the count, and
-deletes exactly the rows that were counted: its plan is the count and a digest of their ids;
-the delete re-reads the matching rows inside its write transaction and, if they are no longer
-the same (rows were added or removed meanwhile), deletes nothing and asks again.
+`database_query` runs on a READ-ONLY connection, so no SQL text can write, whatever it says.
+`delete_records` asks first, stating the count, and deletes exactly the rows that were counted:
+its plan is the count and a digest of their ids; the delete re-reads the matching rows inside
+its write transaction and, if they are no longer the same (rows were added or removed
+meanwhile), deletes nothing and asks again.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import random
 import sqlite3
-import time
-from dataclasses import dataclass
-from datetime import date, timedelta
-from pathlib import Path
-from urllib.parse import quote
+from datetime import date
 
 from pydantic import BaseModel, Field
 
-from vagent_graph.tools.registry import Changed, NothingToDo, Prepared, Tool, ToolContext
-
-MAX_ROWS = 50
-QUERY_TIME_LIMIT_S = 2.0
-CUSTOMERS = [
-    "Acme Corp",
-    "Globex",
-    "Initech",
-    "Umbrella",
-    "Hooli",
-    "Stark Industries",
-    "Wayne Enterprises",
-    "Wonka",
-    "Soylent",
-    "Tyrell",
-    "Cyberdyne",
-    "Aperture",
-]
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS records (
-    id INTEGER PRIMARY KEY,
-    customer TEXT NOT NULL,
-    amount REAL NOT NULL,
-    created_at TEXT NOT NULL  -- ISO date YYYY-MM-DD
-);
-CREATE INDEX IF NOT EXISTS records_created_at ON records(created_at);
-"""
-
-
-@dataclass(frozen=True)
-class RecordsDb:
-    """The demo database's file, as a service the records tools find in their context."""
-
-    path: Path
-
-
-def ensure_records_db(path: Path, rows: int = 1500, seed: int = 42) -> None:
-    """Create and seed the database once; an existing one is left alone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with sqlite3.connect(path) as conn:
-        conn.executescript(SCHEMA)
-        (n,) = conn.execute("SELECT COUNT(*) FROM records").fetchone()
-        if n:
-            return
-        rng = random.Random(seed)
-        start, span = date(2015, 1, 1), (date(2025, 12, 31) - date(2015, 1, 1)).days
-        conn.executemany(
-            "INSERT INTO records (customer, amount, created_at) VALUES (?, ?, ?)",
-            [
-                (
-                    rng.choice(CUSTOMERS),
-                    round(rng.uniform(10, 5000), 2),
-                    (start + timedelta(days=rng.randint(0, span))).isoformat(),
-                )
-                for _ in range(rows)
-            ],
-        )
-
-
-def _readonly(path: Path) -> sqlite3.Connection:
-    if not path.exists():
-        raise FileNotFoundError("the records database does not exist")
-    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=5)
-    conn.execute("PRAGMA query_only = ON")
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # no ATTACH of other (writable) files
-    return conn
-
-
-def run_query(
-    path: Path, sql: str, max_rows: int = MAX_ROWS
-) -> tuple[list[str], list[tuple[object, ...]], bool]:
-    """Columns, at most `max_rows` rows, and whether more were cut off."""
-    conn = _readonly(path)
-    deadline = time.monotonic() + QUERY_TIME_LIMIT_S
-    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-    try:
-        cur = conn.execute(sql)
-        cols = [d[0] for d in cur.description or []]
-        rows = cur.fetchmany(max_rows + 1)
-        return cols, rows[:max_rows], len(rows) > max_rows
-    finally:
-        conn.close()
-
-
-def count_older_than(path: Path, cutoff: date) -> int:
-    conn = _readonly(path)
-    try:
-        (n,) = conn.execute(
-            "SELECT COUNT(*) FROM records WHERE created_at < ?", (cutoff.isoformat(),)
-        ).fetchone()
-        return int(n)
-    finally:
-        conn.close()
-
-
-def _matching(conn: sqlite3.Connection, cutoff: date) -> tuple[int, str]:
-    """How many rows are older than `cutoff`, and a digest of exactly which: their ids, joined
-    by SQLite itself (no Python object per row) in the order of the created_at index, which is
-    the same for the same rows."""
-    n, ids = conn.execute(
-        "SELECT COUNT(*), group_concat(id) FROM records WHERE created_at < ?", (cutoff.isoformat(),)
-    ).fetchone()
-    return int(n), hashlib.sha256(str(ids or "").encode()).hexdigest()
-
-
-def matching_older_than(path: Path, cutoff: date) -> tuple[int, str]:
-    """The rows a delete would remove now: their count and the digest of their ids."""
-    conn = _readonly(path)
-    try:
-        return _matching(conn, cutoff)
-    finally:
-        conn.close()
-
-
-def delete_confirmed(path: Path, cutoff: date, count: int, digest: str) -> tuple[int | None, int, str]:
-    """Delete the rows older than `cutoff` iff they are exactly the confirmed ones.
-
-    Returns (deleted, count now, digest now); `deleted` is None when the matching rows are not
-    the confirmed ones any more (nothing deleted). The check and the delete share one write
-    transaction (BEGIN IMMEDIATE), so no row can slip in between them.
-    """
-    conn = sqlite3.connect(path, timeout=5, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            now, now_digest = _matching(conn, cutoff)
-            if (now, now_digest) != (count, digest):
-                conn.execute("ROLLBACK")
-                return None, now, now_digest
-            cur = conn.execute("DELETE FROM records WHERE created_at < ?", (cutoff.isoformat(),))
-            deleted = cur.rowcount
-            conn.execute("COMMIT")
-            return deleted, now, now_digest
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.close()
+from vagent_graph.services.records import RecordsDb, delete_confirmed, matching_older_than, run_query
+from vagent_graph.tools.base import Changed, NothingToDo, Prepared, Tool, ToolContext
 
 
 def format_table(cols: list[str], rows: list[tuple[object, ...]], truncated: bool) -> str:

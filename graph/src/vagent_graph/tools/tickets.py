@@ -1,6 +1,6 @@
 """Demo tools acting on a ticket service AS the asking user, with that user's own API key
 from the Credential Registry (resource `tickets`). The key reaches this module only in
-`ToolContext.credential` and leaves it only in a request header (credentials.py).
+`ToolContext.credential` and leaves it only in a request header (services/credentials.py).
 
 `create_ticket` is confirmed by the user first; the key is fetched after the answer, at
 run time, so a confirmation that waits for hours (or across a restart) still uses a key
@@ -9,34 +9,20 @@ that is valid when the ticket is created.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 import structlog
 from pydantic import BaseModel, Field
 
-from vagent_graph.credentials import credential_auth
-from vagent_graph.tools.registry import Prepared, Tool, ToolContext
+from vagent_graph.services.credentials import credential_auth
+from vagent_graph.services.tickets import TicketService
+from vagent_graph.tools.base import Prepared, Tool, ToolContext
 
 log = structlog.get_logger(__name__)
 
 RESOURCE = "tickets"
 UNAVAILABLE = "The ticket service is unavailable right now; try again later."
-
-
-@dataclass
-class TicketService:
-    """Where the ticket service is (TICKETS_URL); one HTTP client per process."""
-
-    base_url: str
-    timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        self.client = httpx.AsyncClient(base_url=self.base_url.rstrip("/"), timeout=self.timeout)
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
 
 
 class ListTicketsArgs(BaseModel):

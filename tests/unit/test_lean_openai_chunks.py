@@ -1,4 +1,4 @@
-"""Streamed chunks reach langchain-openai as plain dicts (openai_plain._ChunkDict): what it
+"""Streamed chunks reach langchain-openai as plain dicts (lean_openai._ChunkDict): what it
 builds from them must equal what it builds from the SDK's model_dump() of the same chunk,
 including chunks from servers that leave keys out."""
 
@@ -13,7 +13,7 @@ from langchain_openai import ChatOpenAI
 from openai._models import construct_type
 from openai.types.chat import ChatCompletionChunk
 
-from vagent_graph.openai_plain import _ChunkDict
+from vagent_graph.lean_openai import _ChunkDict
 
 BASE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 CHUNKS: list[dict[str, Any]] = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vagent_graph.tools.registry import Services
+from vagent_graph.services import Services
 from vagent_shared.access import AcContext
 from vagent_shared.audit import AuditEventType, Decision
 from vagent_shared.audit_trail import AuditTrail

@@ -1,4 +1,4 @@
-"""Keep a session's Redis footprint flat.
+"""After each run: keep a session's Redis footprint flat, and unlock it.
 
 The shallow Redis checkpointer keeps only the latest checkpoint, but (langgraph-checkpoint-redis
 0.5.x) never deletes the pending-write keys of the checkpoints before it, nor their entries in
@@ -8,8 +8,6 @@ session is still locked, the writes that do not belong to the latest checkpoint 
 """
 
 from __future__ import annotations
-
-from typing import TypeVar
 
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from langgraph.checkpoint.redis.util import to_storage_safe_str
@@ -86,30 +84,3 @@ async def end_of_run(
     hint = "" if question_waits is None else ("1" if question_waits else "0")
     removed = await redis.register_script(_END_OF_RUN)(keys, [hint, hint_ttl_seconds, lock.token])
     return int(removed)
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-#: Entries the checkpointer's key cache may hold (the synchronous RedisSaver's own limit).
-KEY_CACHE_MAX = 1000
-
-
-class BoundedKeyCache(dict[K, V]):
-    """The checkpointer's key-name cache, bounded: emptied when full.
-
-    Why: AsyncShallowRedisSaver (langgraph-checkpoint-redis 0.5.x) memoises every key name it
-    builds in `_key_cache`, one to three per thread and run, and never evicts (its sync
-    sibling stops at 1000). A process that parks 10 000 confirmations kept them all: the
-    graph's RSS grew with the number of sessions waiting for people (bench-capacity). The
-    names are cheap to rebuild; only the memo is bounded, so nothing is held per session.
-    """
-
-    def __init__(self, max_entries: int = KEY_CACHE_MAX) -> None:
-        super().__init__()
-        self.max_entries = max_entries
-
-    def __setitem__(self, key: K, value: V) -> None:
-        if len(self) >= self.max_entries and key not in self:
-            self.clear()
-        super().__setitem__(key, value)

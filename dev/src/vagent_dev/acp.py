@@ -15,23 +15,21 @@ effect on the next request without a restart. An invalid edit makes the provider
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import structlog
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vagent_dev.serving import serve
+from vagent_dev.settings import AcpSettings
+from vagent_dev.yaml_files import FileError, ReloadingFile, YamlBlock, YamlList, YamlMap, load_yaml_model
 from vagent_shared.access import AcContext, Resource, RoleGrant
 from vagent_shared.http_errors import api_error, install_error_handlers
-from vagent_shared.logs import configure_logging
-from vagent_shared.settings import AcpSettings
 from vagent_shared.wire import AuthenticateRequest, ErrorResponse
-from vagent_shared.yaml_files import FileError, ReloadingFile, load_yaml_model
 
 log = structlog.get_logger(__name__)
 
@@ -43,31 +41,14 @@ class PolicyError(FileError):
     """The policy file is missing, not YAML, or does not validate."""
 
 
-def _none_as_empty(v: Any, empty: type[list[Any]] | type[dict[str, Any]]) -> Any:
-    """YAML `key:` with nothing after it is null; treat it as an empty list/map."""
-    return empty() if v is None else v
-
-
 class DomainPolicy(BaseModel):
     """One ACL domain: who holds which roles, and what each role grants."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    users: dict[str, list[str]] = Field(default_factory=dict)
-    roles: dict[str, list[str]] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _nulls(cls, data: Any) -> Any:
-        """`users:` with nothing, `guest:` (a role granting nothing), `"@dave:x":` (no roles)."""
-        if isinstance(data, dict):
-            data = dict(data)
-            for key in ("users", "roles"):
-                if key in data and data[key] is None:
-                    data[key] = {}
-                elif isinstance(data.get(key), dict):
-                    data[key] = {k: _none_as_empty(v, list) for k, v in data[key].items()}
-        return data
+    #: `users:` with nothing, `guest:` (a role granting nothing), `"@dave:x":` (no roles).
+    users: YamlMap[YamlList[str]] = Field(default_factory=dict)
+    roles: YamlMap[YamlList[str]] = Field(default_factory=dict)
 
     @field_validator("users", "roles", mode="after")
     @classmethod
@@ -100,20 +81,8 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    superusers: list[str] = Field(default_factory=list)
-    domains: dict[str, DomainPolicy] = Field(default_factory=dict)
-
-    @field_validator("superusers", mode="before")
-    @classmethod
-    def _superusers(cls, v: Any) -> Any:
-        return _none_as_empty(v, list)
-
-    @field_validator("domains", mode="before")
-    @classmethod
-    def _domains(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: _none_as_empty(d, dict) for k, d in v.items()}
-        return _none_as_empty(v, dict)
+    superusers: YamlList[str] = Field(default_factory=list)
+    domains: YamlMap[YamlBlock[DomainPolicy]] = Field(default_factory=dict)
 
 
 def load_policy(path: Path | str) -> Policy:
@@ -253,24 +222,20 @@ def create_app(policy_path: Path | str) -> FastAPI:
     return app
 
 
-def main() -> None:
+def main() -> int:
     """Serve the dev provider on ACP_HOST:ACP_PORT with the policy ACP_POLICY_FILE."""
     settings = AcpSettings()
-    configure_logging(settings.LOG_LEVEL, service="vagent-acp")
-    try:
-        app = create_app(settings.ACP_POLICY_FILE)
-    except PolicyError as exc:
-        print(f"vagent-acp: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    log.warning(
-        "acp_started",
-        note="DEVELOPMENT AccessControlProvider, never use in production",
+    return serve(
+        "vagent-acp",
+        lambda: create_app(settings.ACP_POLICY_FILE),
         host=settings.ACP_HOST,
         port=settings.ACP_PORT,
+        log_level=settings.LOG_LEVEL,
+        startup_errors=(PolicyError,),
+        note="DEVELOPMENT AccessControlProvider, never use in production",
         policy_file=str(settings.ACP_POLICY_FILE),
     )
-    uvicorn.run(app, host=settings.ACP_HOST, port=settings.ACP_PORT, log_config=None, access_log=False)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

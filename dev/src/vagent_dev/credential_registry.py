@@ -10,11 +10,9 @@ the same HTTP contract (vagent_shared.credentials) from a small YAML policy
     -> 401 without `Authorization: Bearer <CREDENTIAL_REGISTRY_TOKEN>` (when that is set)
     -> 503 while the policy file is invalid
 
-Like the development AccessControlProvider (vagent_bot.acp), the policy is re-read when the
+Like the development AccessControlProvider (vagent_dev.acp), the policy is re-read when the
 file changes on disk, and an invalid edit answers 503 until it is fixed. Credential values
 are never logged: only who asked for what, and the outcome.
-
-`vagent-credentials genkey` prints a new Fernet key for CREDENTIAL_CACHE_KEY.
 """
 
 from __future__ import annotations
@@ -22,17 +20,13 @@ from __future__ import annotations
 import argparse
 import hmac
 import re
-import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, NamedTuple
 
 import structlog
-import uvicorn
-from cryptography.fernet import Fernet
 from fastapi import FastAPI, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import (
     BaseModel,
@@ -41,22 +35,21 @@ from pydantic import (
     SecretStr,
     StrictInt,
     StrictStr,
-    field_validator,
     model_validator,
 )
 from starlette.middleware.base import RequestResponseEndpoint
 
+from vagent_dev.serving import install_json_error_handlers, serve
+from vagent_dev.settings import CredentialRegistrySettings
+from vagent_dev.yaml_files import FileError, ReloadingFile, YamlBlock, YamlList, YamlMap, load_yaml_model
 from vagent_shared.credentials import (
     CREDENTIALS_GET_PATH,
     CredentialRequest,
     CredentialResponse,
     CredentialType,
 )
-from vagent_shared.http_errors import api_error, install_error_handlers
-from vagent_shared.logs import configure_logging
-from vagent_shared.settings import CredentialRegistrySettings
+from vagent_shared.http_errors import api_error
 from vagent_shared.wire import ErrorResponse
-from vagent_shared.yaml_files import FileError, ReloadingFile, load_yaml_model
 
 log = structlog.get_logger(__name__)
 
@@ -88,11 +81,6 @@ def secret_problem(kind: CredentialType, secret: str) -> str | None:
     return None
 
 
-def _null_as(v: Any, empty: type[list[Any]] | type[dict[str, Any]]) -> Any:
-    """YAML `key:` with nothing after it is null; read it as an empty list/map."""
-    return empty() if v is None else v
-
-
 class ResourcePolicy(BaseModel):
     """One external system in one domain: the credential type and who holds which secret."""
 
@@ -101,18 +89,8 @@ class ResourcePolicy(BaseModel):
     type: CredentialType
     #: expires_at = now + ttl_seconds; None: the credential does not expire.
     ttl_seconds: StrictInt | None = Field(default=None, gt=0)
-    users: dict[str, Secret] = Field(default_factory=dict)
-    denied: list[str] = Field(default_factory=list)
-
-    @field_validator("users", mode="before")
-    @classmethod
-    def _users(cls, v: Any) -> Any:
-        return _null_as(v, dict)
-
-    @field_validator("denied", mode="before")
-    @classmethod
-    def _denied(cls, v: Any) -> Any:
-        return _null_as(v, list)
+    users: YamlMap[Secret] = Field(default_factory=dict)
+    denied: YamlList[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> ResourcePolicy:
@@ -136,12 +114,7 @@ class DomainPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    resources: dict[str, ResourcePolicy] = Field(default_factory=dict)
-
-    @field_validator("resources", mode="before")
-    @classmethod
-    def _resources(cls, v: Any) -> Any:
-        return _null_as(v, dict)
+    resources: YamlMap[ResourcePolicy] = Field(default_factory=dict)
 
 
 class Policy(BaseModel):
@@ -149,14 +122,7 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    domains: dict[str, DomainPolicy] = Field(default_factory=dict)
-
-    @field_validator("domains", mode="before")
-    @classmethod
-    def _domains(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: _null_as(d, dict) for k, d in v.items()}
-        return _null_as(v, dict)
+    domains: YamlMap[YamlBlock[DomainPolicy]] = Field(default_factory=dict)
 
 
 def load_policy(path: Path | str) -> Policy:
@@ -229,27 +195,6 @@ def bearer_ok(header: str | None, token: str) -> bool:
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     body = ErrorResponse(error_code=code, message=message).model_dump()
     return JSONResponse(body, status_code=status, headers=headers)
-
-
-def install_json_error_handlers(app: FastAPI) -> None:
-    """The project's error bodies, plus a plain "not valid JSON" for an unparsable body.
-
-    Why: FastAPI reports that as `loc: ["body", <offset>]`, which the shared handler turns
-    into a confusing "1: JSON decode error". Also used by the demo ticket service.
-    """
-    install_error_handlers(app)
-    shared = app.exception_handlers[RequestValidationError]
-
-    async def _invalid(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, RequestValidationError) and any(
-            e.get("type") == "json_invalid" for e in exc.errors()
-        ):
-            body = ErrorResponse(error_code="invalid_request", message="body: not valid JSON")
-            return JSONResponse(body.model_dump(), status_code=422)
-        response = shared(request, exc)
-        return response if isinstance(response, Response) else await response
-
-    app.add_exception_handler(RequestValidationError, _invalid)
 
 
 def _require_token(app: FastAPI, token: str) -> None:
@@ -331,49 +276,26 @@ def create_app(policy_path: Path | str, token: str | None = None) -> FastAPI:
     return app
 
 
-def serve() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Serve on CREDENTIALS_HOST:CREDENTIALS_PORT with the policy CREDENTIALS_POLICY_FILE."""
-    settings = CredentialRegistrySettings()
-    configure_logging(settings.LOG_LEVEL, service="vagent-credentials")
-    token = settings.CREDENTIAL_REGISTRY_TOKEN
-    try:
-        app = create_app(settings.CREDENTIALS_POLICY_FILE, token.get_secret_value() if token else None)
-    except PolicyError as exc:
-        print(f"vagent-credentials: {exc}", file=sys.stderr)
-        return 2
-    log.warning(
-        "credentials_started",
-        note="DEVELOPMENT Credential Registry, never use in production",
-        host=settings.CREDENTIALS_HOST,
-        port=settings.CREDENTIALS_PORT,
-        policy_file=str(settings.CREDENTIALS_POLICY_FILE),
-        token_required=token is not None,
-    )
-    uvicorn.run(
-        app, host=settings.CREDENTIALS_HOST, port=settings.CREDENTIALS_PORT, log_config=None, access_log=False
-    )
-    return 0
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    argparse.ArgumentParser(
         prog="vagent-credentials",
         description="DEVELOPMENT Credential Registry (never production). "
         "Configured by CREDENTIALS_* environment variables.",
+    ).parse_args(argv)
+    settings = CredentialRegistrySettings()
+    token = settings.CREDENTIAL_REGISTRY_TOKEN
+    return serve(
+        "vagent-credentials",
+        lambda: create_app(settings.CREDENTIALS_POLICY_FILE, token.get_secret_value() if token else None),
+        host=settings.CREDENTIALS_HOST,
+        port=settings.CREDENTIALS_PORT,
+        log_level=settings.LOG_LEVEL,
+        startup_errors=(PolicyError,),
+        note="DEVELOPMENT Credential Registry, never use in production",
+        policy_file=str(settings.CREDENTIALS_POLICY_FILE),
+        token_required=token is not None,
     )
-    sub = parser.add_subparsers(dest="command", metavar="{serve,genkey}")
-    sub.add_parser("serve", help="run the registry (the default)")
-    sub.add_parser("genkey", help="print a new Fernet key for CREDENTIAL_CACHE_KEY")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`vagent-credentials [serve]` runs the registry; `vagent-credentials genkey` prints a key."""
-    args = _parser().parse_args(argv)
-    if args.command == "genkey":
-        print(Fernet.generate_key().decode())
-        return 0
-    return serve()
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ import json
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from nio import (
     AsyncClient,
@@ -29,22 +31,71 @@ from nio import (
     LoginResponse,
     RoomCreateResponse,
     SyncResponse,
+    TypingNoticeEvent,
 )
 from nio.api import RoomPreset
 
 BOT_COLOR, RESET, DIM = "\033[36m", "\033[0m", "\033[2m"
+#: The bot's answer is over when it has stopped typing and nothing new came for this long:
+#: the line is ended then, so what the person types next starts on a line of its own.
+QUIET_SECONDS = 1.0
+
+
+class Transcript:
+    """The conversation as terminal lines: answers grow in place as the bot edits them, and
+    the cursor is back at the start of a line once the bot is done, so the next input is
+    never glued to the end of the bot's last line."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
+        self.out, self.clock = out, clock
+        self.shown: dict[str, str] = {}  # bot message id -> text shown so far
+        self.last_id: str | None = None
+        self.open_line = False  # the cursor is after text, not at the start of a line
+        self.closed_early = False  # the line of last_id was ended while it could still grow
+        self.bot_typing = False
+        self.last_output = clock()
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        self.out.write(text)
+        self.out.flush()
+        self.open_line = not text.endswith("\n")
+        self.last_output = self.clock()
+
+    def _break(self) -> str:
+        """A new message starts on a line of its own."""
+        return "\n" if self.open_line else ""
+
+    def new(self, event_id: str, body: str) -> None:
+        self._write(f"{self._break()}{BOT_COLOR}vagent:{RESET} {body}")
+        self.shown[event_id], self.last_id, self.closed_early = body, event_id, False
+
+    def edit(self, event_id: str, body: str) -> None:
+        before = self.shown.get(event_id)
+        if before is None:
+            return
+        if event_id == self.last_id and body.startswith(before):
+            more = body[len(before) :]
+            if self.closed_early and not self.open_line:
+                more = more.removeprefix("\n")  # the line break was already written
+            self._write(more)
+        else:
+            self._write(f"{self._break()}{BOT_COLOR}vagent (edited):{RESET} {body}")
+            self.last_id, self.closed_early = event_id, False
+        self.shown[event_id] = body
+
+    def tick(self) -> None:
+        """End the bot's line once it has finished (stopped typing, then quiet)."""
+        if self.open_line and not self.bot_typing and self.clock() - self.last_output >= QUIET_SECONDS:
+            self._write("\n")
+            self.closed_early = True
 
 
 class Chat:
-    def __init__(self, client: AsyncClient, bot: str) -> None:
-        self.client, self.bot = client, bot
+    def __init__(self, client: AsyncClient, bot: str, transcript: Transcript) -> None:
+        self.client, self.bot, self.transcript = client, bot, transcript
         self.room_id: str | None = None
-        self.shown: dict[str, str] = {}  # bot message id -> text shown so far
-        self.last_id: str | None = None
-
-    def _out(self, text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
 
     async def on_sync(self, resp: SyncResponse) -> None:
         for room_id, info in resp.rooms.invite.items():
@@ -52,33 +103,28 @@ class Chat:
                 await self.client.join(room_id)
         if not self.room_id or self.room_id not in resp.rooms.join:
             return
-        for event in resp.rooms.join[self.room_id].timeline.events:
+        room = resp.rooms.join[self.room_id]
+        for ephemeral in room.ephemeral:
+            if isinstance(ephemeral, TypingNoticeEvent):
+                self.transcript.bot_typing = self.bot in ephemeral.users
+        for event in room.timeline.events:
             src: dict[str, Any] = getattr(event, "source", {}) or {}
             if src.get("sender") != self.bot or src.get("type") != "m.room.message":
                 continue
             content = src.get("content") or {}
             rel = content.get("m.relates_to") or {}
             if rel.get("rel_type") == "m.replace":
-                self._edit(
+                self.transcript.edit(
                     str(rel.get("event_id")), str((content.get("m.new_content") or {}).get("body", ""))
                 )
             else:
-                self._new(str(src.get("event_id")), str(content.get("body", "")))
+                self.transcript.new(str(src.get("event_id")), str(content.get("body", "")))
 
-    def _new(self, event_id: str, body: str) -> None:
-        self._out(f"\n{BOT_COLOR}vagent:{RESET} {body}")
-        self.shown[event_id], self.last_id = body, event_id
 
-    def _edit(self, event_id: str, body: str) -> None:
-        before = self.shown.get(event_id)
-        if before is None:
-            return
-        if event_id == self.last_id and body.startswith(before):
-            self._out(body[len(before) :])
-        else:
-            self._out(f"\n{BOT_COLOR}vagent (edited):{RESET} {body}")
-            self.last_id = event_id
-        self.shown[event_id] = body
+async def keep_lines(transcript: Transcript) -> None:
+    while True:
+        transcript.tick()
+        await asyncio.sleep(0.1)
 
 
 async def find_or_create_dm(client: AsyncClient, bot: str) -> str:
@@ -162,7 +208,8 @@ async def amain(args: argparse.Namespace) -> None:
             )
         )
         os.chmod(creds, 0o600)
-    chat = Chat(client, args.bot)
+    transcript = Transcript(sys.stdout)
+    chat = Chat(client, args.bot, transcript)
     await client.sync(timeout=0, full_state=True)
     if args.with_user:
         password = args.with_password or f"{args.with_user.strip('@').split(':')[0]}-password"
@@ -173,6 +220,7 @@ async def amain(args: argparse.Namespace) -> None:
         chat.room_id = await find_or_create_dm(client, args.bot)
     client.add_response_callback(chat.on_sync, SyncResponse)  # type: ignore[arg-type]
     sync = asyncio.create_task(client.sync_forever(timeout=1_000, full_state=False))
+    lines = asyncio.create_task(keep_lines(transcript))
     await wait_for_bot(client, chat.room_id, args.bot)
     where = f"a room with {args.with_user}" if args.with_user else "an encrypted DM"
     print(
@@ -197,9 +245,10 @@ async def amain(args: argparse.Namespace) -> None:
                     ignore_unverified_devices=True,
                 )
     finally:
-        sync.cancel()
-        with contextlib.suppress(BaseException):
-            await sync
+        for task in (sync, lines):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
         await client.close()
         print()
 

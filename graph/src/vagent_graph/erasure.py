@@ -1,10 +1,5 @@
-"""`vagent-admin`: operator commands.
-
-    vagent-admin forget USER_ID [--audit] [--dry-run]
-
-`forget` erases what vagent keeps in Redis about one person (a GDPR erasure request). Revoke
-their access first (the AccessControlProvider): forget does not stop a run in progress, and a
-run that ends afterwards writes its checkpoint again. Forget then says so; run it again.
+"""Forgetting one user (a GDPR erasure request): what vagent keeps about them in Redis, found
+exactly, then deleted, with one audit record kept as proof. `vagent admin forget` runs it.
 
 ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms, all threads):
   - the LangGraph checkpoints (the conversation, tool calls and results, pending questions):
@@ -14,7 +9,7 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
     pointer whose value is one of their sessions;
   - the graph's session locks `lock:session:{sid}` and question hints `graph:question_pending:{sid}`;
   - their cached credentials `credential_cache:{user}|...` and flood window `bot:flood:{user}`;
-  - with --audit: their entries in the audit stream (user_id is them, or the session is one of
+  - on request: their entries in the audit stream (user_id is them, or the session is one of
     theirs), but not earlier `user_forgotten` records.
 Then ONE audit record is written and kept on purpose: `user_forgotten`, resource `user:{id}`,
 decision `done`, metadata = how many keys of each kind went (the proof the erasure was done).
@@ -23,7 +18,7 @@ KEPT:
   - other users' data that mentions them: another person's conversation (their checkpoints)
     may quote or name them; it is that person's data. Other users' audit entries whose
     metadata mentions them;
-  - without --audit, their audit entries (often kept under a legal obligation);
+  - unless asked, their audit entries (often kept under a legal obligation);
   - keys that hold no user id: `bot:thread:{room}:{root}` (a thread the bot takes part in,
     shared by everyone in it), `bot:event_seen:{event}`, the bot's `bot:sync_token:`;
     documents and entity graphs (the organisation's knowledge, not per person);
@@ -39,34 +34,30 @@ other checkpointer keys the session id ends at the key's last `:@`. So `@al:loca
 matches `@alice:localhost`, nor `@alice:localhost` `@alice:localhost.evil` or
 `@alice:localhost:8448` (a key that could be either is left alone).
 
-Exit codes: 0 done, 1 Redis failed midway (part may be erased: run it again), 2 bad usage or
-Redis unreachable.
+Why two halves: deciding what is theirs is pure (names, values and events in, keys out), so
+it is tested without Redis and any caller can reuse it with its own client (the admin API is
+asynchronous); the Redis I/O below it (synchronous, for the command) only fetches candidates
+and deletes what the plan holds.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from vagent_graph.audit_cli import StreamReader, connect, load_settings, printable, skipped_message, where
+from vagent_graph.audit_reader import Entry, StreamReader
 from vagent_shared import redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import stream_bounds
-from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.session import SessionId
 from vagent_shared.settings import CommonSettings
 
-PROG = "vagent-admin"
+#: Keys per SCAN reply, pipeline, UNLINK and XDEL.
 BATCH = 500
 
 #: Keys named `{prefix}{session_id}`, by kind.
@@ -145,7 +136,7 @@ def mentions(text: str, user_id: str) -> bool:
 
 
 def event_is_theirs(event: AuditEvent, user_id: str) -> bool:
-    """An audit entry --audit erases (never a `user_forgotten` record)."""
+    """An audit entry an erasure with the audit trail deletes (never a `user_forgotten` record)."""
     if event.event_type == "user_forgotten":
         return False
     return event.user_id == user_id or (
@@ -153,10 +144,11 @@ def event_is_theirs(event: AuditEvent, user_id: str) -> bool:
     )
 
 
-# ---- finding and erasing -----------------------------------------------------------------------
+# ---- the plan (pure): from what Redis holds to what goes ---------------------------------------
 
 
-def _name(key: bytes) -> str:
+def key_name(key: bytes) -> str:
+    """A key's name as text; bytes that are not UTF-8 survive (and never match a user id)."""
     return key.decode("utf-8", "surrogateescape")
 
 
@@ -175,6 +167,80 @@ class Plan:
         return sum(len(v) for v in self.keys.values())
 
 
+def thread_id(json_get_reply: object) -> str | None:
+    """The `thread_id` in a `JSON.GET key $.thread_id` reply (None: not a JSON document, or
+    none in it)."""
+    if not isinstance(json_get_reply, bytes | str):
+        return None
+    try:
+        found = json.loads(json_get_reply)
+    except ValueError:
+        return None
+    return found[0] if isinstance(found, list) and found and isinstance(found[0], str) else None
+
+
+def their_checkpoint_keys(
+    candidates: Sequence[bytes], thread_ids: Sequence[str | None], prefix: str, user_id: str
+) -> list[bytes]:
+    """The candidates that are the user's: by the document's own `thread_id` when it has one,
+    else by the key's name."""
+    theirs = []
+    for key, thread in zip(candidates, thread_ids, strict=True):
+        if thread is not None:  # the document says whose it is
+            if session_owner(thread) == user_id:
+                theirs.append(key)
+        elif checkpoint_key_session(key_name(key), prefix, user_id) is not None:
+            theirs.append(key)
+    return theirs
+
+
+def their_session_keys(candidates: Iterable[bytes], prefix: str, user_id: str) -> list[bytes]:
+    return [k for k in candidates if owns_session_key(key_name(k), prefix, user_id)]
+
+
+def their_question_pointers(pointers: Iterable[tuple[bytes, object]], user_id: str) -> list[bytes]:
+    """`hitl_question:{event}` keys (with their GET replies) that point at one of their sessions."""
+    return [
+        key
+        for key, value in pointers
+        if isinstance(value, bytes) and session_owner(value.decode("utf-8", "replace")) == user_id
+    ]
+
+
+def their_credential_keys(candidates: Iterable[bytes], user_id: str) -> list[bytes]:
+    return [k for k in candidates if owns_credential_key(key_name(k), user_id)]
+
+
+def unknown_keys(candidates: Iterable[bytes], plan: Plan, stream: str) -> list[bytes]:
+    """Keys that mention the user, of no kind the plan deletes (the audit stream excepted)."""
+    planned = {k for keys in plan.keys.values() for k in keys}
+    return [
+        k
+        for k in candidates
+        if k not in planned and mentions(key_name(k), plan.user_id) and key_name(k) != stream
+    ]
+
+
+def their_audit_ids(entries: Iterable[Entry], user_id: str) -> list[str]:
+    return [eid for eid, event in entries if event_is_theirs(event, user_id)]
+
+
+def forgotten_event(user_id: str, counts: dict[str, int], reason: str) -> AuditEvent:
+    """The record an erasure leaves: who, and how many of each kind went (`reason`: by what)."""
+    return AuditEvent(
+        service="admin",
+        user_id=user_id,
+        event_type="user_forgotten",
+        resource=f"user:{user_id}",
+        decision="done",
+        reason=reason,
+        metadata=counts,
+    )
+
+
+# ---- Redis I/O (synchronous) -------------------------------------------------------------------
+
+
 def _batches(items: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -185,71 +251,43 @@ def _scan(redis: Redis, pattern: str) -> list[bytes]:
 
 
 def _thread_ids(redis: Redis, keys: Sequence[bytes]) -> list[str | None]:
-    """Each key's JSON `thread_id` (None: not a JSON document, or none in it)."""
     out: list[str | None] = []
     for part in _batches(keys):
         pipe = redis.pipeline(transaction=False)
         for key in part:
             pipe.execute_command("JSON.GET", key, "$.thread_id")  # type: ignore[no-untyped-call]
-        for reply in pipe.execute(raise_on_error=False):
-            thread: str | None = None
-            if isinstance(reply, bytes | str):
-                try:
-                    found = json.loads(reply)
-                except ValueError:
-                    found = None
-                if isinstance(found, list) and found and isinstance(found[0], str):
-                    thread = found[0]
-            out.append(thread)
+        out += [thread_id(reply) for reply in pipe.execute(raise_on_error=False)]
     return out
 
 
-def _checkpoint_keys(redis: Redis, prefix: str, user_id: str) -> list[bytes]:
-    candidates = _scan(redis, redis_keys.user_checkpoint_keys_pattern(prefix, user_id))
-    theirs = []
-    for key, thread in zip(candidates, _thread_ids(redis, candidates), strict=True):
-        if thread is not None:  # the document says whose it is
-            if session_owner(thread) == user_id:
-                theirs.append(key)
-        elif checkpoint_key_session(_name(key), prefix, user_id) is not None:
-            theirs.append(key)
-    return theirs
-
-
-def _question_pointers(redis: Redis, user_id: str) -> list[bytes]:
-    keys = _scan(redis, redis_keys.hitl_question_pattern())
-    theirs = []
+def _values(redis: Redis, keys: Sequence[bytes]) -> Iterator[tuple[bytes, object]]:
     for part in _batches(keys):
         pipe = redis.pipeline(transaction=False)
         for key in part:
             pipe.get(key)
-        for key, value in zip(part, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(value, bytes) and session_owner(value.decode("utf-8", "replace")) == user_id:
-                theirs.append(key)
-    return theirs
+        yield from zip(part, pipe.execute(raise_on_error=False), strict=True)
 
 
 def plan(redis: Redis, user_id: str, stream: str, audit: bool) -> Plan:
+    """Find what forgetting `user_id` deletes (with `audit`, their entries in `stream` too)."""
     p = Plan(user_id)
     for kind, prefix in CHECKPOINT_KINDS.items():
-        p.keys[kind] = _checkpoint_keys(redis, prefix, user_id)
+        candidates = _scan(redis, redis_keys.user_checkpoint_keys_pattern(prefix, user_id))
+        p.keys[kind] = their_checkpoint_keys(candidates, _thread_ids(redis, candidates), prefix, user_id)
     for kind, prefix in SESSION_KINDS.items():
-        found = _scan(redis, redis_keys.user_session_keys_pattern(prefix, user_id))
-        p.keys[kind] = [k for k in found if owns_session_key(_name(k), prefix, user_id)]
-    p.keys["hitl_question"] = _question_pointers(redis, user_id)
-    found = _scan(redis, redis_keys.credential_cache_pattern(user_id))
-    p.keys["credential_cache"] = [k for k in found if owns_credential_key(_name(k), user_id)]
+        candidates = _scan(redis, redis_keys.user_session_keys_pattern(prefix, user_id))
+        p.keys[kind] = their_session_keys(candidates, prefix, user_id)
+    pointers = _values(redis, _scan(redis, redis_keys.hitl_question_pattern()))
+    p.keys["hitl_question"] = their_question_pointers(pointers, user_id)
+    p.keys["credential_cache"] = their_credential_keys(
+        _scan(redis, redis_keys.credential_cache_pattern(user_id)), user_id
+    )
     flood = redis_keys.flood(user_id).encode()
     p.keys["flood"] = [flood] if redis.exists(flood) else []
-    planned = {k for keys in p.keys.values() for k in keys}
-    p.unknown = [
-        k
-        for k in _scan(redis, redis_keys.mentioning_pattern(user_id))
-        if k not in planned and mentions(_name(k), user_id) and _name(k) != stream
-    ]
+    p.unknown = unknown_keys(_scan(redis, redis_keys.mentioning_pattern(user_id)), p, stream)
     if audit:
         reader = StreamReader(redis, stream)
-        p.audit_ids = [eid for eid, event in reader.forward() if event_is_theirs(event, user_id)]
+        p.audit_ids = their_audit_ids(reader.forward(), user_id)
         p.audit_skipped = reader.skipped
     return p
 
@@ -268,131 +306,11 @@ def erase(redis: Redis, p: Plan, stream: str, audit: bool) -> dict[str, int]:
     return counts
 
 
-def record_forgotten(redis: Redis, settings: CommonSettings, user_id: str, counts: dict[str, int]) -> str:
-    event = AuditEvent(
-        service="admin",
-        user_id=user_id,
-        event_type="user_forgotten",
-        resource=f"user:{user_id}",
-        decision="done",
-        reason="vagent-admin forget",
-        metadata=counts,
-    )
+def record_forgotten(
+    redis: Redis, settings: CommonSettings, user_id: str, counts: dict[str, int], reason: str
+) -> str:
+    """Append the `user_forgotten` record to the audit stream; its entry id."""
+    event = forgotten_event(user_id, counts, reason)
     bounds = stream_bounds(settings.AUDIT_STREAM_MAXLEN, settings.AUDIT_STREAM_MAX_AGE_HOURS * 3600)
     entry_id = redis.xadd(settings.AUDIT_STREAM, event.to_stream(), **bounds)  # type: ignore[arg-type]
     return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-
-
-# ---- the command -------------------------------------------------------------------------------
-
-
-def _user_arg(text: str) -> str:
-    if not valid_user_id(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Matrix user id (@name:server)")
-    return text
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="vagent operator commands.")
-    sub = p.add_subparsers(dest="command", required=True)
-    fg = sub.add_parser(
-        "forget",
-        help="erase what vagent keeps about one user (GDPR)",
-        description="Erase a user's sessions, checkpoints, pending questions, cached credentials "
-        "and flood window from Redis; with --audit also their audit entries. One `user_forgotten` "
-        "audit record is written and kept.",
-    )
-    fg.add_argument("user_id", type=_user_arg, metavar="USER_ID", help="the Matrix user id, @name:server")
-    fg.add_argument("--audit", action="store_true", help="also delete their entries in the audit stream")
-    fg.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
-    return p
-
-
-def plural(n: int, noun: str, nouns: str) -> str:
-    return f"{n} {noun if n == 1 else nouns}"
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def report_dry_run(p: Plan, audit: bool) -> None:
-    audit_part = f" and {plural(len(p.audit_ids), 'audit entry', 'audit entries')}" if audit else ""
-    what = plural(p.total(), "key", "keys") + audit_part
-    say(f"Dry run, nothing was deleted. Forgetting {p.user_id} would delete {what}:")
-    for kind in KINDS:
-        if p.keys[kind]:
-            say(f"  {kind} ({len(p.keys[kind])})")
-            for key in p.keys[kind]:
-                say(f"    {printable(_name(key))}")
-
-
-def report(p: Plan, counts: dict[str, int], audit: bool, entry_id: str, stream: str) -> None:
-    keys = sum(n for kind, n in counts.items() if kind != "audit_entries")
-    audit_part = (
-        f" and {plural(counts.get('audit_entries', 0), 'audit entry', 'audit entries')}" if audit else ""
-    )
-    say(f"Forgot {p.user_id}: deleted {plural(keys, 'key', 'keys')}{audit_part}.")
-    for kind, n in counts.items():
-        if n:
-            say(f"  {kind:<18} {n}")
-    if not audit:
-        say("Their audit entries were kept (--audit erases them too).")
-    if counts.get("session_lock"):
-        say(
-            f"Note: {counts['session_lock']} of their sessions were running; a run that ends now may "
-            "write its checkpoint again. Revoke their access and run forget again."
-        )
-    say(f"Recorded user_forgotten in {stream} (entry {entry_id}).")
-
-
-def forget(redis: Redis, settings: CommonSettings, args: argparse.Namespace) -> None:
-    stream = settings.AUDIT_STREAM
-    p = plan(redis, args.user_id, stream, args.audit)
-    if args.dry_run:
-        report_dry_run(p, args.audit)
-    else:
-        counts = erase(redis, p, stream, args.audit)
-        entry_id = record_forgotten(redis, settings, args.user_id, counts)
-        report(p, counts, args.audit, entry_id, stream)
-    if p.unknown:
-        say(
-            f"Left {plural(len(p.unknown), 'key', 'keys')} whose name mentions {p.user_id} but of no kind "
-            "forget erases (check them):"
-        )
-        for key in p.unknown:
-            say(f"  {printable(_name(key))}")
-    if p.audit_skipped:
-        print(skipped_message(PROG, p.audit_skipped), file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    settings = load_settings(PROG)
-    try:
-        redis = connect(settings.REDIS_URL)
-    except RedisUrlError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    except RedisError as exc:
-        print(
-            f"{PROG}: cannot reach Redis at {where(settings.REDIS_URL)} (REDIS_URL): {type(exc).__name__}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        forget(redis, settings, args)
-    except (RedisConnectionError, RedisTimeoutError, RedisError) as exc:
-        print(
-            f"{PROG}: Redis failed ({type(exc).__name__}: {exc}); part may be erased already: "
-            "run the same command again",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        redis.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,16 +13,34 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import structlog
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
 log = structlog.get_logger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 Loc = tuple[int | str, ...]
+
+
+def _empty_list(v: Any) -> Any:
+    return [] if v is None else v
+
+
+def _empty_map(v: Any) -> Any:
+    return {} if v is None else v
+
+
+#: A list / map in a stand-in's YAML file. `key:` with nothing after it is null in YAML;
+#: people write it for "none" (a role granting nothing, a user without keys), so it reads
+#: as empty instead of failing validation.
+YamlList = Annotated[list[T], BeforeValidator(_empty_list)]
+YamlMap = Annotated[dict[str, T], BeforeValidator(_empty_map)]
+#: A section read into a model of its own (all of whose fields have defaults), likewise.
+YamlBlock = Annotated[T, BeforeValidator(_empty_map)]
 
 
 class FileError(ValueError):

@@ -37,7 +37,7 @@ attribute (``with_raw_response``, ``parse``, ``stream``…) go to the real
 ``chat.completions``.
 
 On every upgrade of ``openai`` or ``langchain-openai``, run
-``tests/integration/test_openai_plain.py`` and ``tests/unit/test_openai_chunks.py``: they
+``tests/integration/test_lean_openai.py`` and ``tests/unit/test_lean_openai_chunks.py``: they
 compare the request on the wire (body, URL, headers) and the messages langchain-openai
 builds from the chunks against the unmodified SDK path, and check that retries, timeouts
 and error types are the SDK's. Check too that ``AsyncCompletions.create`` still only

@@ -10,32 +10,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from langgraph.graph.state import CompiledStateGraph
 from redis.asyncio import Redis
 
 from vagent_graph import metrics
 from vagent_graph.agent import AgentDescriptor
-from vagent_graph.credentials import CredentialRegistry
+from vagent_graph.checkpointer import open_checkpointer
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.outbox import Pacing
-from vagent_graph.storage import BoundedKeyCache
-from vagent_graph.tools import Services, ToolRegistry
-from vagent_graph.tools.records import RecordsDb, ensure_records_db
-from vagent_graph.tools.tickets import TicketService
+from vagent_graph.services import Services
+from vagent_graph.services.credentials import CredentialRegistry
+from vagent_graph.services.records import RecordsDb, ensure_records_db
+from vagent_graph.services.tickets import TicketService
+from vagent_graph.tools import ToolRegistry
 from vagent_graph.workflow import Deps, build_graph
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.audit_trail import AuditTrail
-from vagent_shared.knowledge import Audience
 from vagent_shared.settings import GraphSettings
 
 
 @dataclass
-class Runtime:
-    """Everything the routes need, built in the lifespan."""
+class Resources:
+    """Everything the routes need, opened in the lifespan (app.state.resources)."""
 
     settings: GraphSettings
     redis: Redis
@@ -51,22 +50,15 @@ class Runtime:
         return Pacing(self.settings.SSE_FLUSH_INTERVAL_MS / 1000, self.settings.SSE_KEEPALIVE_SECONDS)
 
 
-def run_config(session_id: str, audience: Audience | None = None) -> RunnableConfig:
-    """A session's run: its LangGraph thread, who else reads the answer, and a bound on the
-    steps of one run. The audience travels in the config, not the state, so no checkpoint
-    keeps other people's ids or roles (it is sent again with every request, answers too)."""
-    return {"configurable": {"thread_id": session_id, "audience": audience}, "recursion_limit": 100}
-
-
 @asynccontextmanager
-async def open_runtime(
+async def open_resources(
     settings: GraphSettings,
     agent: AgentDescriptor,
     registry: ToolRegistry,
     chat_model: BaseChatModel,
     label: str,
     embedder: Embedder | None = None,
-) -> AsyncIterator[Runtime]:
+) -> AsyncIterator[Resources]:
     """Redis, the checkpointer, the knowledge stores and the compiled graph, exactly as the
     service runs them. The embedding model loads on its first use, not here."""
     ensure_records_db(settings.RECORDS_DB_PATH)
@@ -79,12 +71,7 @@ async def open_runtime(
     )
     services: Services | None = None
     try:
-        saver = AsyncShallowRedisSaver(
-            redis_client=redis,
-            ttl={"default_ttl": settings.CHECKPOINT_TTL_MINUTES, "refresh_on_read": True},
-        )
-        saver._key_cache = BoundedKeyCache()  # unbounded in the library (storage.py)
-        await saver.asetup()
+        saver = await open_checkpointer(redis, settings.CHECKPOINT_TTL_MINUTES)
         trail = audit_trail.from_settings(
             settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
         )
@@ -111,7 +98,7 @@ async def open_runtime(
             credential_help=settings.CREDENTIAL_MISSING_HELP,
             personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
         )
-        yield Runtime(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
+        yield Resources(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
     finally:
         await close_services(services)
         await redis.aclose()

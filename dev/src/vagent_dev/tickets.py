@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import hashlib
 import sqlite3
-import sys
 from collections import deque
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -36,17 +35,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import structlog
-import uvicorn
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from starlette.middleware.base import RequestResponseEndpoint
 
-from vagent_graph.devservices.credential_registry import install_json_error_handlers
-from vagent_shared.logs import configure_logging
-from vagent_shared.settings import TicketsSettings
+from vagent_dev.serving import install_json_error_handlers, serve
+from vagent_dev.settings import TicketsSettings
+from vagent_dev.yaml_files import FileError, Loc, load_yaml_model
 from vagent_shared.wire import ErrorResponse
-from vagent_shared.yaml_files import FileError, Loc, load_yaml_model
 
 log = structlog.get_logger(__name__)
 
@@ -320,24 +317,17 @@ def main(argv: list[str] | None = None) -> int:
         "Configured by TICKETS_* environment variables.",
     ).parse_args(argv)
     settings = TicketsSettings()
-    configure_logging(settings.LOG_LEVEL, service="vagent-tickets")
-    try:
-        app = create_app(settings.TICKETS_SEED_FILE, settings.TICKETS_DB_PATH)
-    except (SeedError, sqlite3.Error, OSError) as exc:
-        print(f"vagent-tickets: {exc}", file=sys.stderr)
-        return 2
-    log.warning(
-        "tickets_started",
-        note="DEMO ticket service, never use in production",
+    return serve(
+        "vagent-tickets",
+        lambda: create_app(settings.TICKETS_SEED_FILE, settings.TICKETS_DB_PATH),
         host=settings.TICKETS_HOST,
         port=settings.TICKETS_PORT,
+        log_level=settings.LOG_LEVEL,
+        startup_errors=(SeedError, sqlite3.Error, OSError),
+        note="DEMO ticket service, never use in production",
         seed_file=str(settings.TICKETS_SEED_FILE),
         db_path=str(settings.TICKETS_DB_PATH),
     )
-    uvicorn.run(
-        app, host=settings.TICKETS_HOST, port=settings.TICKETS_PORT, log_config=None, access_log=False
-    )
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,231 @@
+"""One turn of a conversation: may the user speak, who else reads, the graph's answer streamed
+into Matrix.
+
+New messages (`event_router`) and answers to the agent's questions (`questions`, through its
+`Turns` protocol) take the same way: the same access check (layer 1: silent denial, fail
+closed), the room's audience resolved afresh, an `Answer` in the user's thread or reply
+chain, and the graph's stream relayed into it. Every failure ends in one short message.
+Relaying includes the asking side of a question: the graph's HitlRequest is shown and saved
+(`hitl_store`); the answer comes back later as a message or a reaction (`questions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import structlog
+from nio import AsyncClient
+from redis.asyncio import Redis
+
+from vagent_bot import metrics, rooms
+from vagent_bot.access import AccessProvider, AccessResult
+from vagent_bot.audience import RoomAudience, audience_applies, joined_members
+from vagent_bot.commands import help_text, parse_command
+from vagent_bot.edit_pacing import EditThrottle
+from vagent_bot.flood import FloodControl
+from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
+from vagent_bot.hitl_store import HitlStore
+from vagent_bot.routing import IncomingMessage
+from vagent_bot.streaming import Answer
+from vagent_bot.tenants import Tenants
+from vagent_shared import redis_keys
+from vagent_shared.events import ErrorEvent, HitlRequest, Progress, SSEEvent, TextChunk, TextFinal
+from vagent_shared.hitl import PendingQuestion, format_question
+from vagent_shared.knowledge import Audience
+from vagent_shared.session import SessionId
+from vagent_shared.settings import BotSettings
+from vagent_shared.wire import ProcessMessageRequest
+
+log = structlog.get_logger(__name__)
+
+BUSY_RETRY_SECONDS = 120.0
+THREAD_MARK_TTL = 30 * 24 * 3600
+
+#: Opens the graph's stream for one turn (a new message, or the answer to a question).
+OpenStream = Callable[[], AsyncIterator[SSEEvent]]
+
+
+class Conversations:
+    """The bot's side of every conversation; one instance serves all sessions."""
+
+    def __init__(
+        self,
+        settings: BotSettings,
+        client: AsyncClient,
+        redis: Redis,
+        graph: GraphClient,
+        access: AccessProvider,
+        flood: FloodControl,
+        hitl: HitlStore,
+        tenants: Tenants,
+    ) -> None:
+        self.settings, self.client, self.redis = settings, client, redis
+        self.graph, self.access, self.flood = graph, access, flood
+        self.hitl, self.tenants = hitl, tenants
+        self.audience = RoomAudience(
+            list_joined=lambda room_id: joined_members(client, room_id),
+            fetch=access.context,
+            max_members=settings.AUDIENCE_MAX_MEMBERS,
+            concurrency=settings.AUDIENCE_CONCURRENCY,
+            timeout=settings.ACP_TIMEOUT_SECONDS,
+        )
+
+    @property
+    def me(self) -> str:
+        return str(self.client.user_id)
+
+    # ---- may the user speak, who else reads ------------------------------------------------
+    async def check_access(self, room_id: str, user_id: str) -> AccessResult | None:
+        """Layer 1. Denied, or no tenant: None, and the caller stays silent."""
+        domain = await self.tenants.domain(room_id)
+        if domain is None:
+            metrics.ACCESS.labels("no_tenant").inc()
+            log.warning("access_denied", user_id=user_id, room_id=room_id, reason="no_tenant_domain")
+            return None
+        result = await self.access.check(user_id, domain)
+        return result if result.allowed and result.ac is not None else None
+
+    async def resolve_audience(self, room_id: str, sender: str) -> Audience | None:
+        """Who else reads an answer to `sender` here, resolved afresh: None in a DM or with
+        AUDIENCE_FILTER=off (returned at once, without I/O)."""
+        enabled = self.settings.AUDIENCE_FILTER == "on"
+        if not audience_applies(is_dm=await rooms.is_dm(self.client, room_id), enabled=enabled):
+            return None
+        domain = await self.tenants.domain(room_id)
+        if domain is None:
+            return None  # no tenant: the access check denies this message, nothing is sent
+        return await self.audience.resolve(room_id, bot=self.me, sender=sender, domain=domain)
+
+    # ---- where the answer goes -------------------------------------------------------------
+    def answer_for(self, msg: IncomingMessage) -> Answer:
+        """In the user's thread if they wrote in one, else as a reply to their message."""
+        return self.new_answer(msg.room_id, msg.thread_root, msg.event_id)
+
+    def new_answer(self, room_id: str, thread_root: str | None, reply_to: str | None) -> Answer:
+        throttle = EditThrottle(
+            self.settings.EDIT_FIRST_DELAY_SECONDS,
+            self.settings.EDIT_MAX_INTERVAL_SECONDS,
+            max_edits=self.settings.EDIT_MAX_COUNT,
+        )
+        return Answer(
+            self.client,
+            room_id,
+            thread_root=thread_root,
+            reply_to=reply_to,
+            throttle=throttle,
+            hold_seconds=self.settings.STREAM_HOLD_SECONDS,
+        )
+
+    # ---- a new request -------------------------------------------------------------------
+    async def answer_request(
+        self,
+        msg: IncomingMessage,
+        sid: SessionId,
+        text: str,
+        access: AccessResult,
+        audience: asyncio.Future[Audience | None] | None,
+    ) -> None:
+        """A message the user may send: a command, a refusal (flood, length) or the graph's answer."""
+        answer = self.answer_for(msg)
+        command = parse_command(text)
+        if command is not None:
+            await self._command(command.name, sid, answer)
+            return
+        if not await self.flood.allow(msg.sender):
+            await answer.notice("⏳ You're sending messages too fast. Please wait a moment.")
+            return
+        if len(text) > self.settings.MAX_MESSAGE_CHARS:
+            await answer.notice(
+                f"✋ That message is too long ({len(text)} characters; "
+                f"the limit is {self.settings.MAX_MESSAGE_CHARS}). Please shorten it."
+            )
+            return
+        req = ProcessMessageRequest(
+            session_id=sid.format(),
+            room_id=msg.room_id,
+            user_id=msg.sender,
+            message=text,
+            context={
+                "event_id": msg.event_id,
+                **({"thread_root": msg.thread_root} if msg.thread_root else {}),
+            },
+            ac_context=access.ac,  # type: ignore[arg-type]
+            audience=await audience if audience is not None else None,
+        )
+        await self.converse(sid, answer, lambda: self.graph.process_message(req), msg.server_ts / 1000)
+
+    async def _command(self, name: str, sid: SessionId, answer: Answer) -> None:
+        if name == "help":
+            await answer.notice(help_text(self.settings.COMMAND_PREFIX, self.settings.AGENT_ID))
+        elif name == "reset":
+            await self.hitl.drop(sid.format())
+            try:
+                await self.graph.reset(sid.format())
+                await answer.notice("🧹 Done: I forgot this conversation.")
+            except GraphError as exc:
+                await answer.notice(f"⚠️ {exc.user_message}")
+        elif name == "stop":
+            await answer.notice("Nothing is running.")
+
+    # ---- the graph's answer --------------------------------------------------------------
+    async def converse(self, sid: SessionId, answer: Answer, open_stream: OpenStream, sent_at: float) -> None:
+        """Stream one graph run into Matrix; every failure ends in one short message."""
+        if sid.thread_id:
+            await self.redis.set(redis_keys.bot_thread(sid.room_id, sid.thread_id), "1", ex=THREAD_MARK_TTL)
+        answer.start_typing(after_seconds=self.settings.TYPING_DELAY_SECONDS)
+        metrics.ACTIVE_RUNS.inc()
+        try:
+            deadline = time.monotonic() + BUSY_RETRY_SECONDS
+            while True:
+                try:
+                    await self._relay(sid, answer, open_stream())
+                    break
+                except GraphBusy:  # the session runs elsewhere (another bot process)
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            await answer.settle()
+            await answer.notice("⏹️ Stopped.")
+        except GraphError as exc:
+            await answer.settle()
+            await answer.notice(f"⚠️ {exc.user_message}")
+        finally:
+            metrics.ACTIVE_RUNS.dec()
+            await answer.close()
+            if answer.first_reply_at is not None:
+                metrics.ANSWER_SECONDS.observe(max(0.0, time.time() - sent_at))
+
+    async def _relay(self, sid: SessionId, answer: Answer, events: AsyncIterator[SSEEvent]) -> None:
+        async for ev in events:
+            if isinstance(ev, TextChunk):
+                await answer.chunk(ev.content)
+            elif isinstance(ev, Progress):
+                await answer.progress(ev.content)
+            elif isinstance(ev, TextFinal):
+                await answer.final(ev.content)
+            elif isinstance(ev, HitlRequest):
+                await answer.settle()
+                await answer.stop_typing()
+                qid = await answer.notice(format_question(ev.question, ev.options))
+                pending = PendingQuestion(
+                    session_id=sid.format(),
+                    room_id=sid.room_id,
+                    user_id=sid.user_id,
+                    question=ev.question,
+                    options=ev.options,
+                    interrupt_id=ev.interrupt_id,
+                    question_event_id=qid,
+                    thread_root=sid.thread_id,
+                    reply_to=answer.reply_to,
+                    asked_at=time.time(),
+                )
+                await self.hitl.save(
+                    pending, ev.timeout_seconds or self.settings.HITL_DEFAULT_TIMEOUT_SECONDS
+                )
+                metrics.HITL.labels("asked").inc()
+            elif isinstance(ev, ErrorEvent):
+                await answer.settle()
+                await answer.notice(f"⚠️ {ev.message}")

@@ -1,0 +1,61 @@
+"""The exact content of each `m.room.message` the bot sends, its Markdown as HTML only while
+the event stays within Matrix's size limit (`size_budget`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vagent_bot.rendering import clean_text, render_markdown
+from vagent_bot.size_budget import CONTENT_MAX_BYTES, content_size
+
+HTML_FORMAT = "org.matrix.custom.html"
+
+
+def message_content(
+    text: str,
+    *,
+    thread_root: str | None = None,
+    reply_to: str | None = None,
+    replaces: str | None = None,
+    notice: bool = False,
+    html: bool = True,
+) -> dict[str, Any]:
+    """The content of an `m.room.message`: a message, a thread message, a reply, or an edit.
+
+    In a thread, `reply_to` is the event non-thread clients show it as a reply to (the
+    thread fallback, `is_falling_back: true`); it defaults to the thread root. An edit
+    (`replaces`) carries only the replace relation: thread and reply are inherited from
+    the original event, so thread_root/reply_to are ignored. When the content with HTML
+    would exceed CONTENT_MAX_BYTES, formatted_body is left out (see `size_budget`).
+    """
+    text = clean_text(text)
+    # empty m.mentions: nothing an LLM writes ("@room", a user id) can ping anyone
+    new: dict[str, Any] = {"msgtype": "m.notice" if notice else "m.text", "body": text, "m.mentions": {}}
+    if html:
+        new["format"] = HTML_FORMAT
+        new["formatted_body"] = render_markdown(text)
+    content: dict[str, Any]
+    if replaces is not None:
+        content = {"msgtype": new["msgtype"], "body": "* " + text, "m.mentions": {}}
+        if html:
+            content["format"] = HTML_FORMAT
+            content["formatted_body"] = "* " + new["formatted_body"]
+        content["m.new_content"] = new
+        content["m.relates_to"] = {"rel_type": "m.replace", "event_id": replaces}
+    else:
+        content = dict(new)
+        if thread_root is not None:
+            content["m.relates_to"] = {
+                "rel_type": "m.thread",
+                "event_id": thread_root,
+                "is_falling_back": True,
+                "m.in_reply_to": {"event_id": reply_to or thread_root},
+            }
+        elif reply_to is not None:
+            content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
+    if html and content_size(content) > CONTENT_MAX_BYTES:
+        return message_content(
+            text, thread_root=thread_root, reply_to=reply_to, replaces=replaces, notice=notice, html=False
+        )
+    return content

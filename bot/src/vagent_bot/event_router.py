@@ -1,0 +1,228 @@
+"""Where one event goes once `sync` has claimed it, and in which order a message is looked at.
+
+A reaction may answer a question (`questions`); `!stop` cancels the session's running answer
+at once; any other message waits in its session's queue (`sessions`), then: pending question?
+(`questions`) -> addressed to the bot? (`routing`: pure rules) -> tenant domain -> agent
+access (silent denial, fail closed) -> command / flood / length -> stream the graph's answer
+(`conversation`), with the room's audience (`audience`: who else reads it) resolved once
+access is granted. Invites are answered here too (`invites` decides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import structlog
+from nio import AsyncClient, InviteMemberEvent
+from redis.asyncio import Redis
+
+from vagent_bot import matrix, metrics, rooms
+from vagent_bot.access import AccessResult
+from vagent_bot.audience import audience_applies
+from vagent_bot.commands import parse_command
+from vagent_bot.conversation import Conversations
+from vagent_bot.hitl_store import HitlStore
+from vagent_bot.invites import invite_allowed
+from vagent_bot.questions import Questions, loggable
+from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
+from vagent_bot.sessions import SessionWorkers
+from vagent_bot.sync import Spawn
+from vagent_shared import redis_keys
+from vagent_shared.knowledge import Audience
+from vagent_shared.session import SessionId
+from vagent_shared.settings import BotSettings
+
+log = structlog.get_logger(__name__)
+
+#: Tells `sync` the bot is done with an event (`SyncHandler.finished`): its lease ends.
+Finished = Callable[[str], Coroutine[Any, Any, None]]
+
+
+class EventRouter:
+    """`dispatch` and `on_invite` are `sync`'s callbacks. `stopping` is set on shutdown: an
+    event cancelled by it stays unfinished, for the next bot to take over."""
+
+    def __init__(
+        self,
+        settings: BotSettings,
+        client: AsyncClient,
+        redis: Redis,
+        *,
+        hitl: HitlStore,
+        workers: SessionWorkers,
+        questions: Questions,
+        conversations: Conversations,
+        finished: Finished,
+        spawn: Spawn,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.settings, self.client, self.redis = settings, client, redis
+        self.hitl, self.workers = hitl, workers
+        self.questions, self.conversations = questions, conversations
+        self._finished, self._spawn, self._stopping = finished, spawn, stopping
+        self.display_name: str | None = None
+
+    @property
+    def me(self) -> str:
+        return str(self.client.user_id)
+
+    async def learn_display_name(self) -> None:
+        """The name people may address the bot by in a group room (after login)."""
+        resp = await self.client.get_displayname(self.me)
+        self.display_name = getattr(resp, "displayname", None)
+
+    # ---- per event -----------------------------------------------------------------------
+    def dispatch(self, room_id: str, event: Any) -> None:
+        """An event for the bot (`sync`: claimed, decrypted, not its own): route it, no I/O.
+        Whatever handles it tells `sync` when it is finished (`_handling`)."""
+        src: dict[str, Any] = getattr(event, "source", {}) or {}
+        etype = src.get("type")
+        event_id = str(src.get("event_id", ""))
+        if etype == "m.reaction":
+            self._spawn(self._handling(event_id, self.questions.on_reaction(room_id, src)))
+            return
+        msg = parse_message(src, room_id)
+        if msg is None:
+            self._spawn(self._finished(event_id))
+            return
+        sid = session_for(msg)
+        command = parse_command(self._quick_text(msg))
+        if command is not None and command.name == "stop":
+            self._spawn(self._handling(event_id, self._on_stop(msg, sid)))
+            return
+        self.workers.submit(sid.format(), lambda: self._handling(event_id, self._handle_message(msg)))
+
+    async def _handling(self, event_id: str, work: Coroutine[Any, Any, Any]) -> None:
+        """Handle one event: its messages under transaction ids of its own (sent once even if
+        it is handled again), then finished. Cancelled by a shutdown it stays unfinished, and
+        the next bot takes it over; cancelled by `!stop` (or failed) it is finished."""
+        try:
+            with matrix.handling(event_id):
+                await work
+        except asyncio.CancelledError:
+            if not self._stopping.is_set():
+                await self._finished(event_id)
+            raise
+        except Exception:
+            await self._finished(event_id)
+            raise
+        await self._finished(event_id)
+
+    def _decide(
+        self, msg: IncomingMessage, *, is_dm: bool, replied_to: str | None, in_thread: bool
+    ) -> Decision:
+        return should_answer(
+            msg,
+            bot_user_id=self.me,
+            bot_display_name=self.display_name,
+            is_dm=is_dm,
+            prefix=self.settings.COMMAND_PREFIX,
+            replied_to_sender=replied_to,
+            bot_in_thread=in_thread,
+        )
+
+    def _quick_text(self, msg: IncomingMessage) -> str:
+        """The message without prefix/mention, before any I/O: enough to spot `!stop`."""
+        return self._decide(msg, is_dm=True, replied_to=None, in_thread=False).text
+
+    # ---- per message -------------------------------------------------------------------
+    async def _handle_message(self, msg: IncomingMessage) -> None:
+        sid = session_for(msg)
+        structlog.contextvars.bind_contextvars(session_id=sid.format(), event_id=msg.event_id)
+        is_dm = await rooms.is_dm(self.client, msg.room_id)
+        replied_to = None
+        if msg.in_reply_to and not is_dm:
+            replied_to = await rooms.sender_of(self.client, msg.room_id, msg.in_reply_to)
+        in_thread = bool(
+            msg.thread_root and await self.redis.exists(redis_keys.bot_thread(msg.room_id, msg.thread_root))
+        )
+        decision = self._decide(msg, is_dm=is_dm, replied_to=replied_to, in_thread=in_thread)
+        log.debug("message", session_id=sid.format(), decision=decision.reason, body=loggable(msg.body))
+
+        # The provider is the slowest step before the graph: ask it (about the sender, and
+        # about the room's other members) while Redis answers. A DM starts no audience at all.
+        early = (
+            asyncio.ensure_future(self.conversations.check_access(msg.room_id, msg.sender))
+            if decision.answer
+            else None
+        )
+        audience = self._start_audience(msg.room_id, msg.sender, is_dm, early) if early else None
+        try:
+            await self._route(msg, sid, decision, is_dm, early, audience)
+        finally:
+            for pending_work in (early, audience):
+                if pending_work is not None and not pending_work.done():
+                    pending_work.cancel()
+
+    async def _route(
+        self,
+        msg: IncomingMessage,
+        sid: SessionId,
+        decision: Decision,
+        is_dm: bool,
+        early: asyncio.Future[AccessResult | None] | None,
+        audience: asyncio.Future[Audience | None] | None,
+    ) -> None:
+        """A pending question's answer, or a new request; `early`/`audience` already under way."""
+        pending = await self.hitl.peek(sid.format())
+        if pending is not None:
+            await self.questions.answer_pending(
+                msg,
+                pending,
+                decision.text or msg.body.strip(),
+                addressed=decision.answer
+                or is_dm
+                or (msg.thread_root is not None and msg.thread_root == pending.thread_root),
+                early_access=early,
+                early_audience=audience,
+            )
+            return
+        if early is None:
+            metrics.EVENTS.labels(decision.reason).inc()
+            return
+        access = await early
+        if access is None:
+            return
+        metrics.EVENTS.labels("answered").inc()
+        await self.conversations.answer_request(msg, sid, decision.text, access, audience)
+
+    def _start_audience(
+        self, room_id: str, sender: str, is_dm: bool, access: asyncio.Future[AccessResult | None]
+    ) -> asyncio.Task[Audience | None] | None:
+        """The audience, resolving in the background once `access` allows the sender (a denied
+        sender must not make the bot ask the provider about a whole room); None (no task, no
+        I/O) when there is none."""
+        if not audience_applies(is_dm=is_dm, enabled=self.settings.AUDIENCE_FILTER == "on"):
+            return None
+
+        async def once_allowed() -> Audience | None:
+            if await asyncio.shield(access) is None:
+                return None
+            return await self.conversations.resolve_audience(room_id, sender)
+
+        return asyncio.ensure_future(once_allowed())
+
+    async def _on_stop(self, msg: IncomingMessage, sid: SessionId) -> None:
+        if await self.conversations.check_access(msg.room_id, msg.sender) is None:
+            return
+        if not self.workers.stop(sid.format()) and await rooms.is_dm(self.client, msg.room_id):
+            await self.conversations.answer_for(msg).notice("Nothing is running.")
+
+    # ---- invites -------------------------------------------------------------------------
+    async def on_invite(self, room_id: str, invite_state: list[Any]) -> None:
+        inviter = next(
+            (
+                e.sender
+                for e in invite_state
+                if isinstance(e, InviteMemberEvent) and e.state_key == self.me and e.membership == "invite"
+            ),
+            None,
+        )
+        if inviter and invite_allowed(inviter, self.settings.INVITE_ALLOWLIST, self.settings.server_name):
+            resp = await self.client.join(room_id)
+            log.info("invite_accepted", room_id=room_id, inviter=inviter, ok=not hasattr(resp, "status_code"))
+        else:
+            await self.client.room_leave(room_id)
+            log.warning("invite_rejected", room_id=room_id, inviter=inviter)

@@ -1,0 +1,46 @@
+"""Settings of the development stand-ins, read from the environment (field names ARE the
+variable names). They live here, not in vagent_shared: the product never reads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CredentialRegistrySettings(BaseSettings):
+    """The development Credential Registry (`vagent-credentials`)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    CREDENTIALS_HOST: str = "127.0.0.1"
+    CREDENTIALS_PORT: int = Field(default=8091, ge=1, le=65535)
+    CREDENTIALS_POLICY_FILE: Path = Path("deploy/dev/credentials.yaml")
+    #: If set, callers must send it as `Authorization: Bearer ...`.
+    CREDENTIAL_REGISTRY_TOKEN: SecretStr | None = None
+    LOG_LEVEL: str = "INFO"
+
+
+class TicketsSettings(BaseSettings):
+    """The demo ticket service (`vagent-tickets`), which authenticates people by API key."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    TICKETS_HOST: str = "127.0.0.1"
+    TICKETS_PORT: int = Field(default=8092, ge=1, le=65535)
+    #: Who owns which API key, and the demo tickets to start with.
+    TICKETS_SEED_FILE: Path = Path("deploy/dev/tickets.yaml")
+    TICKETS_DB_PATH: Path = Path(".data/tickets.db")
+    LOG_LEVEL: str = "INFO"
+
+
+class AcpSettings(BaseSettings):
+    """The development AccessControlProvider (`vagent-acp`)."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    ACP_HOST: str = "127.0.0.1"
+    ACP_PORT: int = Field(default=8090, ge=1, le=65535)
+    ACP_POLICY_FILE: Path = Path("deploy/dev/acp-policy.yaml")
+    LOG_LEVEL: str = "INFO"

@@ -1,0 +1,48 @@
+"""What every `vagent` command prints, from one place.
+
+Results go to stdout, flushed line by line (a pipe, or `vagent audit tail --follow`, sees each
+at once); problems go to stderr as one line `vagent GROUP: message`, never a traceback. Text
+that comes from users (audit reasons, key names) is made printable first: it must not move
+the operator's cursor or clear their terminal. Redis is named without its password.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from vagent_shared import redis_connect
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def complain(prog: str, message: str) -> None:
+    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+
+def printable(text: str) -> str:
+    """`text` on one line, without control characters (no terminal escapes)."""
+    return _UNPRINTABLE.sub("?", text)
+
+
+def cell(text: str, width: int) -> str:
+    """`text` printable, cut to `width` with an ellipsis."""
+    flat = printable(text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def plural(n: int, noun: str, nouns: str) -> str:
+    return f"{n} {noun if n == 1 else nouns}"
+
+
+def unreachable(url: str, exc: BaseException) -> str:
+    """Redis did not answer: where (no credentials) and how, naming the setting to check."""
+    return f"cannot reach Redis at {redis_connect.where(url)} (REDIS_URL): {type(exc).__name__}"
+
+
+def skipped(n: int) -> str:
+    return f"skipped {plural(n, 'stream entry', 'stream entries')} (not an audit event)"

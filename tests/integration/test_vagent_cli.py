@@ -1,0 +1,94 @@
+"""`vagent`, the operators' one command, as installed: every level answers --help, the shell
+completion works, and `vagent admin genkey` makes keys (production needs no dev tool for it).
+
+A subprocess each: the console script, its program name and its exit codes are what an
+operator meets. The commands' own behaviour is tested with Redis in test_docs_cli.py,
+test_audit_cli_redis.py and test_forget.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+
+BIN = Path(sys.executable).parent
+COMMANDS = {
+    "docs": ["ingest", "list", "delete", "status", "reindex", "entities"],
+    "docs entities": ["load", "delete"],
+    "audit": ["tail", "export"],
+    "admin": ["forget", "genkey"],
+}
+
+
+def vagent(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "vagent"), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def listed(help_text: str) -> list[str]:
+    """The command names under `Commands:` in a help text."""
+    lines = help_text.split("\nCommands:\n", 1)[1].splitlines()
+    return [line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")]
+
+
+def test_the_top_level_help_lists_every_group_and_completion() -> None:
+    for flag in ("--help", "-h"):
+        top = vagent(flag)
+        assert top.returncode == 0, top.stderr
+        assert top.stdout.startswith("Usage: vagent [OPTIONS] COMMAND [ARGS]...")
+        assert listed(top.stdout) == ["docs", "audit", "admin"]
+        assert "--install-completion" in top.stdout and "--show-completion" in top.stdout
+    bare = vagent()
+    assert bare.returncode == 2 and "Usage: vagent" in bare.stdout + bare.stderr
+
+
+@pytest.mark.parametrize("group", list(COMMANDS))
+def test_every_group_and_command_answers_help(group: str) -> None:
+    words = group.split()
+    shown = vagent(*words, "--help")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"Usage: vagent {group} [OPTIONS] COMMAND [ARGS]...")
+    assert listed(shown.stdout) == COMMANDS[group]
+    for command in COMMANDS[group]:
+        if f"{group} {command}" in COMMANDS:
+            continue  # a group of its own
+        sub = vagent(*words, command, "-h")
+        assert sub.returncode == 0, sub.stderr
+        assert sub.stdout.startswith(f"Usage: vagent {group} {command} [OPTIONS]")
+
+
+def test_shell_completion_of_commands_and_choices() -> None:
+    script = vagent("--show-completion", "bash")
+    assert script.returncode == 0 and "_VAGENT_COMPLETE=complete_bash" in script.stdout
+    groups = vagent(_VAGENT_COMPLETE="complete_bash", COMP_WORDS="vagent a", COMP_CWORD="1")
+    assert groups.stdout.split() == ["audit", "admin"]
+    decisions = vagent(
+        _VAGENT_COMPLETE="complete_bash", COMP_WORDS="vagent audit tail --decision d", COMP_CWORD="4"
+    )
+    assert decisions.stdout.split() == ["denied", "declined", "done"]
+
+
+def test_a_usage_error_exits_2_and_names_the_command() -> None:
+    proc = vagent("docs", "entities", "load", "x.json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "Usage: vagent docs entities load" in proc.stderr and "Missing option '--domain'" in proc.stderr
+
+
+def test_genkey_prints_a_fernet_key() -> None:
+    done = vagent("admin", "genkey")
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip()
+    assert len(done.stdout.splitlines()) == 1
+    fernet = Fernet(key.encode())
+    assert fernet.decrypt(fernet.encrypt(b"x")) == b"x"
+    again = vagent("admin", "genkey")
+    assert again.stdout.strip() != key
