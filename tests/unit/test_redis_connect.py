@@ -143,3 +143,11 @@ def test_clients_retry_a_dropped_connection_with_redis_pys_own_retry() -> None:
         retry = client.connection_pool.connection_kwargs["retry"]
         assert retry.get_retries() == 3
         assert redis.exceptions.ConnectionError in retry._supported_errors
+
+
+@pytest.mark.parametrize("url", ["bogus://u:hunter2@db.internal:6379/0", "redis://u:hunter2@db.internal:notaport/0"])
+def test_a_url_redis_py_cannot_read_is_a_clear_error_without_the_password(url: str) -> None:
+    for open_client in (connect_sync, connect):
+        with pytest.raises(RedisUrlError) as err:
+            open_client(url)
+        assert "hunter2" not in str(err.value) and "cannot be read" in str(err.value)

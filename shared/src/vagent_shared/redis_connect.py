@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -190,6 +191,21 @@ class FollowingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool, _Wait
         return await super().get_connection(*args, **options)  # type: ignore[no-untyped-call]
 
 
+@contextlib.contextmanager
+def _readable(url: str) -> Iterator[None]:
+    """redis-py's ValueError for a URL it cannot read (an unknown scheme, a bad port) as a
+    RedisUrlError, which every caller reports in one line; the message names no password."""
+    try:
+        yield
+    except ValueError as exc:
+        if isinstance(exc, RedisUrlError):
+            raise
+        raise RedisUrlError(
+            f"REDIS_URL ({where(url)}) cannot be read: use redis://, rediss://, unix:// or "
+            f"{SENTINEL_SCHEME}://"
+        ) from None
+
+
 def connect(
     url: str,
     *,
@@ -203,7 +219,8 @@ def connect(
     pool_kwargs = {"max_connections": max_connections, "timeout": pool_timeout}
     client_kwargs.setdefault("retry", command_retry())
     if not is_sentinel(url):
-        pool = _WaitingPool.from_url(url, **client_kwargs, **pool_kwargs)
+        with _readable(url):
+            pool = _WaitingPool.from_url(url, **client_kwargs, **pool_kwargs)
         return redis.asyncio.Redis.from_pool(pool)
     s, conn, sentinel_kwargs = _sentinel_args(url, client_kwargs)
     sentinel = redis.asyncio.sentinel.Sentinel(s.sentinels, sentinel_kwargs=sentinel_kwargs, **conn)  # type: ignore[no-untyped-call]
@@ -220,7 +237,8 @@ def connect(
 def connect_sync(url: str, **client_kwargs: Any) -> redis.Redis:
     """The same as `connect`, for the synchronous CLIs."""
     if not is_sentinel(url):
-        return redis.Redis.from_url(url, **client_kwargs)
+        with _readable(url):
+            return redis.Redis.from_url(url, **client_kwargs)
     s, conn, sentinel_kwargs = _sentinel_args(url, client_kwargs)
     sentinel = redis.sentinel.Sentinel(s.sentinels, sentinel_kwargs=sentinel_kwargs, **conn)  # type: ignore[no-untyped-call]
     client: redis.Redis = sentinel.master_for(s.service, redis_class=redis.Redis, **conn)  # type: ignore[no-untyped-call]
