@@ -11,40 +11,19 @@
 
 Reads the graph service's settings (REDIS_URL, DOCS_INDEX, EMBEDDINGS_*, ENTITY_GRAPH), so
 what it writes is what the graph reads. The work is vagent_graph.knowledge's (batch, the
-stores); this module only asks, shows progress and reports.
+stores); this module is the command line, and docs_work.py what each command does, loaded
+only when one runs (so `vagent --help`, completion and the other groups stay quick).
 Exit codes: 0 done, 1 something could not be done (nothing half-written), 2 bad usage.
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from tqdm import tqdm
 
-from vagent_graph.cli.output import complain, say, unreachable
-from vagent_graph.knowledge import batch
-from vagent_graph.knowledge.doc_index import IndexMismatch
-from vagent_graph.knowledge.doc_store import DocumentStore, StoreBusy
-from vagent_graph.knowledge.embeddings import EmbeddingError, make_embedder
-from vagent_graph.knowledge.entities import EntityFileError, load_files
-from vagent_graph.knowledge.entity_store import EntityStore, EntityStoreError
-from vagent_graph.knowledge.ingest import Parsed
-from vagent_graph.knowledge.parsing import DocumentError, quiet_parsers
-from vagent_shared import redis_connect
-from vagent_shared.logs import configure_logging
-from vagent_shared.settings import GraphSettings
-
-PROG = "vagent docs"
+# Each command imports docs_work (the knowledge stack) when it runs: see the docstring.
 
 app = typer.Typer(
     help="Manage vagent's documents and entities.",
@@ -53,212 +32,6 @@ app = typer.Typer(
 )
 entities_app = typer.Typer(help="Knowledge-graph entities: load, delete.", no_args_is_help=True)
 app.add_typer(entities_app, name="entities")
-
-
-class CliError(Exception):
-    """Printed as `vagent docs: <message>`, exit 1."""
-
-
-#: What a command may fail with: one line on stderr and exit 1, never a traceback.
-FAILURES = (
-    CliError,
-    DocumentError,
-    EntityFileError,
-    EntityStoreError,
-    IndexMismatch,
-    StoreBusy,
-    EmbeddingError,
-    ValueError,
-)
-
-
-@dataclass
-class Context:
-    settings: GraphSettings
-    redis: Redis
-    docs: DocumentStore
-    entities: EntityStore
-
-
-@asynccontextmanager
-async def context(settings: GraphSettings) -> AsyncIterator[Context]:
-    try:
-        redis = redis_connect.connect(settings.REDIS_URL, socket_timeout=30, socket_connect_timeout=5)
-    except redis_connect.RedisUrlError as exc:
-        raise CliError(str(exc)) from None
-    try:
-        await redis.ping()  # type: ignore[misc]
-    except RedisError as exc:
-        await redis.aclose()
-        raise CliError(unreachable(settings.REDIS_URL, exc)) from None
-    embedder = make_embedder(settings)
-    docs = DocumentStore(
-        redis, embedder, settings.DOCS_INDEX, settings.DOCS_VECTOR_ALGORITHM, settings.SEARCH_TOP_K
-    )
-    try:
-        yield Context(settings, redis, docs, EntityStore(redis, settings.ENTITY_GRAPH))
-    finally:
-        await redis.aclose()
-
-
-async def _in_context(settings: GraphSettings, command: Callable[[Context], Awaitable[None]]) -> None:
-    async with context(settings) as ctx:
-        await command(ctx)
-
-
-def run(command: Callable[[Context], Awaitable[None]]) -> None:
-    """Run one command with the graph's settings and stores; its failures as one line."""
-    try:
-        settings = GraphSettings()
-        # The command prints what it did; its logs only for problems unless asked for more.
-        level = "WARNING" if settings.LOG_LEVEL.upper() == "INFO" else settings.LOG_LEVEL
-        configure_logging(level, service=PROG)
-        quiet_parsers()
-        asyncio.run(_in_context(settings, command))
-    except FAILURES as exc:
-        complain(PROG, str(exc))
-        raise typer.Exit(1) from None
-    except RedisConnectionError as exc:
-        complain(PROG, f"lost the connection to Redis ({type(exc).__name__})")
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        complain(PROG, "interrupted; documents already written stay, none is half-written")
-        raise typer.Exit(130) from None
-
-
-# ---- the commands' work ------------------------------------------------------------------------
-
-
-def _tags(value: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in value.split(",") if t.strip())
-
-
-@dataclass(frozen=True)
-class IngestArgs:
-    """What `ingest` was asked for: PATHs with their metadata, or a manifest."""
-
-    paths: list[Path]
-    manifest: Path | None = None
-    domain: str | None = None
-    category: str | None = None
-    tags: tuple[str, ...] = ()
-    doc_id: str | None = None
-    title: str | None = None
-    source: str | None = None
-    skip_bad: bool = False
-    force: bool = False
-
-
-async def ingest_files(ctx: Context, args: IngestArgs) -> None:
-    if args.manifest:
-        if args.paths:
-            raise CliError("give either PATHs or --manifest, not both")
-        manifest = batch.load_manifest(args.manifest)
-        jobs, errors = batch.manifest_jobs(manifest)
-    else:
-        if not args.paths or not args.domain or not args.category:
-            raise CliError("ingest needs PATH... with --domain and --category (or --manifest)")
-        manifest = None
-        files, errors = batch.expand(args.paths)
-        jobs, more = batch.jobs_for(
-            files,
-            domain=args.domain,
-            category=args.category,
-            tags=args.tags,
-            doc_id=args.doc_id,
-            title=args.title,
-            source=args.source,
-        )
-        errors += more
-    parsed, problems = batch.parse_all(jobs)
-    errors += problems
-    for e in errors:
-        complain(PROG, str(e))
-    if errors and not args.skip_bad:
-        raise CliError(f"{len(errors)} problem(s); nothing was written (--skip-bad ingests the good files)")
-    report = await _write(ctx, parsed, args.force)
-    rate = report.chunks_embedded / report.embed_seconds if report.embed_seconds > 0 else 0.0
-    say(
-        f"ingested {len(report.written)} document(s), {report.chunks_embedded} chunks "
-        f"({rate:.0f} chunks/s embedding with {ctx.docs.embedder.model_id}); "
-        f"{len(report.unchanged)} unchanged" + (f"; {len(errors)} skipped" if errors else "")
-    )
-    if manifest is not None:
-        for item in manifest.entities:
-            await load_entities(ctx, [item.file], item.domain, replace=True)
-
-
-async def _write(ctx: Context, parsed: list[Parsed], force: bool) -> batch.BatchReport:
-    with tqdm(total=0, unit="chunk", desc="embedding", disable=None, file=sys.stderr) as bar:
-
-        def total(n: int) -> None:
-            bar.total = n
-            bar.refresh()
-
-        return await batch.write_batch(ctx.docs, parsed, force=force, on_chunks=bar.update, total=total)
-
-
-async def list_documents(ctx: Context, domain: str | None, as_json: bool) -> None:
-    docs = await ctx.docs.documents(domain)
-    if as_json:
-        for d in docs:
-            say(d.model_dump_json())
-        return
-    if not docs:
-        say("no documents" + (f" in domain {domain}" if domain else ""))
-        return
-    rows = [("DOMAIN", "DOC_ID", "CATEGORY", "TAGS", "CHUNKS", "TITLE")]
-    rows += [(d.domain, d.doc_id, d.category, ",".join(d.tags), str(d.chunks), d.title) for d in docs]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        say("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5])
-
-
-async def delete_document(ctx: Context, doc_id: str, domain: str | None) -> None:
-    if domain:
-        domains = [domain]
-    else:
-        domains = sorted({d.domain for d in await ctx.docs.documents() if d.doc_id == doc_id})
-    if not domains:
-        raise CliError(f"no document {doc_id!r}")
-    if len(domains) > 1:
-        raise CliError(f"{doc_id!r} exists in several domains ({', '.join(domains)}): give --domain")
-    result = await ctx.docs.delete(domains[0], doc_id)
-    if result is None:
-        raise CliError(f"no document {doc_id!r} in domain {domains[0]}")
-    say(f"deleted {result.doc_id} ({result.domain}): {result.deleted_chunks} chunks")
-
-
-async def show_status(ctx: Context, as_json: bool) -> None:
-    st = await ctx.docs.status()
-    if as_json:
-        say(st.model_dump_json())
-        return
-    say(f"index {st.index}: {st.documents} documents, {st.chunks} chunks")
-    dims = f", {st.dimensions} dimensions" if st.dimensions else ""
-    say(f"built with {st.embedding_model or '(nothing ingested yet)'}{dims}")
-    say(f"configured embedding model: {ctx.docs.embedder.model_id}")
-
-
-async def reindex_all(ctx: Context) -> None:
-    st = await ctx.docs.status()
-    with tqdm(total=st.chunks, unit="chunk", desc="re-embedding", disable=None, file=sys.stderr) as bar:
-        n = await ctx.docs.reindex(progress=bar.update)
-    say(f"reindexed {n} chunks with {ctx.docs.embedder.model_id}")
-
-
-async def load_entities(ctx: Context, files: list[Path], domain: str, replace: bool) -> None:
-    graph = load_files(files)
-    result = await ctx.entities.load(domain, graph, replace=replace)
-    say(
-        f"loaded {result.entities} entities and {result.relations} relations into domain {domain}"
-        + (" (replaced)" if result.replaced else "")
-    )
-
-
-async def delete_entities(ctx: Context, domain: str) -> None:
-    removed = await ctx.entities.delete_domain(domain)
-    say(f"deleted the entities of domain {domain}" if removed else f"{domain} had no entities")
 
 
 # ---- the command line --------------------------------------------------------------------------
@@ -299,19 +72,21 @@ def ingest(
     force: Annotated[bool, typer.Option("--force", help="re-embed documents that did not change")] = False,
 ) -> None:
     """Add or replace documents (Markdown, text, HTML, PDF)."""
-    args = IngestArgs(
+    from vagent_graph.cli import docs_work as work
+
+    args = work.IngestArgs(
         paths=paths or [],
         manifest=manifest,
         domain=domain,
         category=category,
-        tags=_tags(tags),
+        tags=work.tags_of(tags),
         doc_id=doc_id,
         title=title,
         source=source,
         skip_bad=skip_bad,
         force=force,
     )
-    run(lambda ctx: ingest_files(ctx, args))
+    work.run(lambda ctx: work.ingest_files(ctx, args))
 
 
 @app.command("list")
@@ -320,7 +95,9 @@ def list_command(
     as_json: Json = False,
 ) -> None:
     """List documents."""
-    run(lambda ctx: list_documents(ctx, domain, as_json))
+    from vagent_graph.cli import docs_work as work
+
+    work.run(lambda ctx: work.list_documents(ctx, domain, as_json))
 
 
 @app.command()
@@ -332,19 +109,25 @@ def delete(
     ] = None,
 ) -> None:
     """Remove a document and all its chunks."""
-    run(lambda ctx: delete_document(ctx, doc_id, domain))
+    from vagent_graph.cli import docs_work as work
+
+    work.run(lambda ctx: work.delete_document(ctx, doc_id, domain))
 
 
 @app.command()
 def status(as_json: Json = False) -> None:
     """What the index holds and which embedding model built it."""
-    run(lambda ctx: show_status(ctx, as_json))
+    from vagent_graph.cli import docs_work as work
+
+    work.run(lambda ctx: work.show_status(ctx, as_json))
 
 
 @app.command()
 def reindex() -> None:
     """Re-embed every chunk with the configured embedding model."""
-    run(reindex_all)
+    from vagent_graph.cli import docs_work as work
+
+    work.run(work.reindex_all)
 
 
 Domain = Annotated[str, typer.Option(metavar="DOMAIN", help="the tenant (ACL domain)")]
@@ -357,10 +140,14 @@ def entities_load(
     replace: Annotated[bool, typer.Option("--replace", help="replace the domain's whole graph")] = False,
 ) -> None:
     """Load entities and relations from JSON or CSV files."""
-    run(lambda ctx: load_entities(ctx, files, domain, replace))
+    from vagent_graph.cli import docs_work as work
+
+    work.run(lambda ctx: work.load_entities(ctx, files, domain, replace))
 
 
 @entities_app.command("delete")
 def entities_delete(domain: Domain) -> None:
     """Remove a domain's entities."""
-    run(lambda ctx: delete_entities(ctx, domain))
+    from vagent_graph.cli import docs_work as work
+
+    work.run(lambda ctx: work.delete_entities(ctx, domain))
