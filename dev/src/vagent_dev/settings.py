@@ -44,3 +44,16 @@ class AcpSettings(BaseSettings):
     ACP_PORT: int = Field(default=8090, ge=1, le=65535)
     ACP_POLICY_FILE: Path = Path("deploy/dev/acp-policy.yaml")
     LOG_LEVEL: str = "INFO"
+
+
+class CalendarSettings(BaseSettings):
+    """The demo calendar MCP server (`vagent-calendar`), which authenticates people by API key."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    CALENDAR_HOST: str = "127.0.0.1"
+    CALENDAR_PORT: int = Field(default=8093, ge=1, le=65535)
+    #: Who owns which API key, and the demo events to start with.
+    CALENDAR_SEED_FILE: Path = Path("deploy/dev/calendar.yaml")
+    CALENDAR_DB_PATH: Path = Path(".data/calendar.db")
+    LOG_LEVEL: str = "INFO"

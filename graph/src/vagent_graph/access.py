@@ -13,13 +13,28 @@ from vagent_graph.tools import Tool, ToolRegistry
 from vagent_shared.access import AcContext, tool
 
 
+def enabled(agent: AgentDescriptor, t: Tool) -> bool:
+    """The agent uses a built-in tool it names in `tools:`, and every tool of an MCP server
+    it lists in `mcp_servers:`."""
+    if t.server is None:
+        return t.name in agent.tools
+    return t.server in agent.mcp_server_names
+
+
+def granted(ac: AcContext, t: Tool) -> bool:
+    """`tool:<name>`, or one of the tool's other grants (`mcp_server:<server>`)."""
+    return ac.can_access(tool(t.name)) or any(ac.can_access(g) for g in t.grants)
+
+
 def visible_tools(registry: ToolRegistry, agent: AgentDescriptor, ac: AcContext) -> list[Tool]:
-    """Tools enabled for the agent AND granted to the user, in the descriptor's order."""
+    """Tools enabled for the agent AND granted to the user: the built-in ones in the
+    descriptor's order, then the MCP servers' tools in the registry's."""
     out: list[Tool] = []
     for name in agent.tools:
         t = registry.get(name)
-        if t is not None and ac.can_access(tool(name)):
+        if t is not None and t.server is None and granted(ac, t):
             out.append(t)
+    out += [t for t in registry if t.server is not None and enabled(agent, t) and granted(ac, t)]
     return out
 
 
@@ -37,8 +52,8 @@ def check_invocation(
     t = registry.get(name)
     if t is None:
         return InvocationDecision(False, "unknown_tool")
-    if name not in agent.tools:
+    if not enabled(agent, t):
         return InvocationDecision(False, "tool_not_enabled_for_agent")
-    if not ac.can_access(tool(name)):
+    if not granted(ac, t):
         return InvocationDecision(False, "tool_not_granted")
     return InvocationDecision(True, "granted", t)

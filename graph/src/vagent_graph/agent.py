@@ -8,6 +8,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from vagent_graph.mcp.config import McpServerConfig, load_servers
+
 DEFAULT_DESCRIPTOR = "vagent.yaml"
 
 
@@ -42,6 +44,12 @@ class AgentDescriptor(BaseModel):
     tools: list[str] = Field(default_factory=list)
     hitl: HitlPolicy = Field(default_factory=HitlPolicy)
     history: HistoryPolicy = Field(default_factory=HistoryPolicy)
+    #: MCP servers whose tools the agent uses (mcp/config.py); `tools:` names built-ins only.
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+
+    @property
+    def mcp_server_names(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.mcp_servers)
 
     def needs_confirmation(self, tool_name: str, tool_requires: bool) -> bool:
         return tool_requires or tool_name in self.hitl.confirm_tools
@@ -56,4 +64,6 @@ def load_descriptor(path: Path | None = None) -> AgentDescriptor:
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ValueError(f"agent descriptor {path or DEFAULT_DESCRIPTOR} is not a mapping")
+    if "mcp_servers" in data:  # ${VAR} expanded here, and only here (a prompt may hold "${")
+        data["mcp_servers"] = load_servers(data["mcp_servers"])
     return AgentDescriptor.model_validate(data)

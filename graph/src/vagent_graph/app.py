@@ -64,6 +64,7 @@ async def health(resources: ResourcesDep) -> JSONResponse:
         status="healthy" if ok else "unhealthy",
         active_sessions=int(metrics.ACTIVE_RUNS._value.get()),
         uptime_seconds=round(time.monotonic() - resources.started, 3),
+        mcp_servers=resources.mcp.status() if resources.mcp is not None else {},
     )
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 

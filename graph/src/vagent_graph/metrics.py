@@ -50,3 +50,8 @@ SEARCH_DEGRADED = Counter(
     "Hybrid searches answered by one half because the other failed",
     ["half"],
 )
+MCP_SERVERS_UP = Gauge(
+    "vagent_graph_mcp_servers_up", "1 while an MCP server answers, 0 while it does not", ["server"]
+)
+MCP_TOOLS = Gauge("vagent_graph_mcp_tools", "Tools an MCP server currently brings", ["server"])
+MCP_FAILURES = Counter("vagent_graph_mcp_failures_total", "MCP list or call failures", ["server", "reason"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -50,6 +51,19 @@ _TICKET_NEW = re.compile(
     re.I,
 )
 _TICKETS = re.compile(r"\b(my|open|closed)\b.*\btickets?\b", re.I)
+#: The demo calendar MCP server's tools (deploy/dev, `mcp_servers: - name: calendar`).
+CALENDAR_LIST, CALENDAR_CREATE = "calendar__list_events", "calendar__create_event"
+_CALENDAR = re.compile(
+    r"\b(?:what(?:'s| is)|show|list)\b.*\b(?:on )?my calendar\b"
+    r"(?:.*?\b(?:on|for)\s+(?P<day>\d{4}-\d{2}-\d{2}))?",
+    re.I,
+)
+_BOOK = re.compile(
+    r"^\s*(?:please\s+)?book\s+(?:a\s+|an\s+)?(?P<title>.+?)\s+with\s+(?P<who>@[\w.=-]+:[\w.-]+(?:\s*(?:,|and)\s*@[\w.=-]+:[\w.-]+)*)"
+    r"\s+on\s+(?P<day>\d{4}-\d{2}-\d{2})\s+at\s+(?P<time>\d{1,2}:\d{2})"
+    r"(?:\s+for\s+(?P<minutes>\d{1,3})\s*min(?:utes)?)?[\s.!]*$",
+    re.I,
+)
 _HELP = re.compile(r"\b(help|what can you do|who are you|what are you)\b", re.I)
 _CONNECTED = re.compile(
     r"^\s*how (?:is|are) (?P<name>.+?) (?:connected|related|linked) to .+?[\s?.!]*$", re.I
@@ -110,6 +124,11 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
             "database_query",
             {"sql": "SELECT id, customer, amount, created_at FROM records ORDER BY created_at LIMIT 10"},
         )
+    if m := _BOOK.search(text):
+        return call(CALENDAR_CREATE, _booking(m))
+    if m := _CALENDAR.search(text):
+        day = m.group("day")
+        return call(CALENDAR_LIST, {"start": f"{day}T00:00:00", "end": f"{day}T23:59:59"} if day else {})
     if m := _TICKET_NEW.search(text):
         title = m.group("title").strip().strip("\"'“”") or "Help needed"
         return call(
@@ -129,6 +148,20 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
     if _QUESTION.search(text) and "search_documents" in offered:
         return call("search_documents", {"query": text.strip()[:500]})
     return AIMessage(content=PREFIX + _help(offered))
+
+
+def _booking(m: re.Match[str]) -> dict[str, Any]:
+    """`book <title> with @a:x and @b:x on 2026-12-01 at 10:00 [for 45 minutes]` as the
+    calendar's create_event arguments."""
+    hour, minute = (int(x) for x in m.group("time").split(":"))
+    start = datetime.fromisoformat(m.group("day")).replace(hour=hour % 24, minute=minute % 60)
+    end = start + timedelta(minutes=int(m.group("minutes") or 30))
+    return {
+        "title": m.group("title").strip().strip("\"'“”")[:200] or "Meeting",
+        "start": start.isoformat(timespec="minutes"),
+        "end": end.isoformat(timespec="minutes"),
+        "attendees": re.findall(r"@[\w.=-]+:[\w.-]+", m.group("who")),
+    }
 
 
 def _relevant_part(text: str, question: str, limit: int = QUOTE_CHARS) -> str:
@@ -178,6 +211,9 @@ def _help(offered: set[str]) -> str:
         "lookup_entities": '- look up people, teams and projects: "who is Dana Lee?"',
         "list_my_tickets": '- show your tickets in the ticket service: "what are my open tickets?"',
         "create_ticket": '- open a ticket, after you confirm: "open a ticket about the printer"',
+        CALENDAR_LIST: '- show your calendar: "what is on my calendar on 2026-12-01?"',
+        CALENDAR_CREATE: "- book a meeting, after you confirm: "
+        '"book a design review with @bob:localhost on 2026-12-01 at 10:00"',
     }
     usable = [examples[n] for n in examples if n in offered]
     if usable:

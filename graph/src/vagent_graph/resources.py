@@ -20,6 +20,7 @@ from vagent_graph.checkpointer import open_checkpointer
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
+from vagent_graph.mcp.servers import McpServers
 from vagent_graph.outbox import Pacing
 from vagent_graph.services import Services
 from vagent_graph.services.credentials import CredentialRegistry
@@ -43,6 +44,8 @@ class Resources:
     started: float
     #: What tools (and the admin API) use: the records DB, the document and entity stores.
     services: Services
+    #: The agent's MCP servers, kept in the registry (None: the agent lists none).
+    mcp: McpServers | None = None
 
     @property
     def pacing(self) -> Pacing:
@@ -70,6 +73,7 @@ async def open_resources(
         health_check_interval=30,
     )
     services: Services | None = None
+    mcp: McpServers | None = None
     try:
         saver = await open_checkpointer(redis, settings.CHECKPOINT_TTL_MINUTES)
         trail = audit_trail.from_settings(
@@ -98,8 +102,16 @@ async def open_resources(
             credential_help=settings.CREDENTIAL_MISSING_HELP,
             personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
         )
-        yield Resources(settings, redis, saver, build_graph(deps, saver), time.monotonic(), services)
+        if agent.mcp_servers:
+            mcp = McpServers(
+                agent.mcp_servers, registry, settings.MCP_REFRESH_SECONDS, settings.MCP_RESULT_MAX_CHARS
+            )
+            await mcp.start()
+        graph = build_graph(deps, saver)
+        yield Resources(settings, redis, saver, graph, time.monotonic(), services, mcp)
     finally:
+        if mcp is not None:
+            await mcp.aclose()
         await close_services(services)
         await redis.aclose()
 

@@ -23,6 +23,8 @@ class Resource(StrEnum):
     ENTITY = "entity"
     ENTITY_TYPE = "entity_type"
     ENTITY_TAG = "entity_tag"
+    #: Every tool of one MCP server (`mcp_server:calendar`), beside `tool:calendar__x` per tool.
+    MCP_SERVER = "mcp_server"
 
     def instance(self, name: str) -> str:
         if not name or any(c.isspace() for c in name):
@@ -67,6 +69,10 @@ def entity_type(name: str) -> str:
 
 def entity_tag(name: str) -> str:
     return Resource.ENTITY_TAG.instance(name)
+
+
+def mcp_server(name: str) -> str:
+    return Resource.MCP_SERVER.instance(name)
 
 
 def instance_matches(granted: str, wanted: str) -> bool:

@@ -95,6 +95,11 @@ class GraphSettings(CommonSettings):
     CREDENTIAL_CACHE_MAX_SECONDS: int = Field(default=900, ge=1)
     #: What a user without a credential is told to do (the operator's words).
     CREDENTIAL_MISSING_HELP: str = "Ask your administrator to add one for you in the credential registry."
+    #: How often MCP servers' tool lists are read again (also the cap of the retry backoff of a
+    #: server that is down).
+    MCP_REFRESH_SECONDS: float = Field(default=300, ge=1)
+    #: The longest MCP tool result the model reads; a longer one is cut, and it says so.
+    MCP_RESULT_MAX_CHARS: int = Field(default=20_000, ge=100)
     #: The ticket service of the demo tools list_my_tickets / create_ticket; unset: tools off.
     TICKETS_URL: str | None = None
     #: A personal tool (acting with the user's own credential, or returning the user's own

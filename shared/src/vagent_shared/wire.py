@@ -100,10 +100,20 @@ class ErrorResponse(BaseModel):
     details: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class McpServerStatus(BaseModel):
+    """One MCP server as the graph sees it (GET /health); a server that is down does not
+    make the graph unhealthy: its tools are just absent until it answers."""
+
+    up: bool
+    tools: int
+    reason: str | None = None
+
+
 class HealthResponse(BaseModel):
     status: Literal["healthy", "unhealthy"]
     active_sessions: int
     uptime_seconds: float
+    mcp_servers: dict[str, McpServerStatus] = Field(default_factory=dict)
 
 
 class AuthenticateRequest(BaseModel):

@@ -136,6 +136,13 @@ class Tool:
     #: Arguments the question's headline states itself (checked: a value the headline does
     #: not contain word for word is listed anyway).
     shows: tuple[str, ...] = ()
+    #: The JSON schema the model is offered, when it is not `args_model`'s (an MCP tool's own).
+    parameters: dict[str, Any] | None = None
+    #: The MCP server the tool comes from (the agent uses it by listing the server); None:
+    #: built in (the agent uses it by naming it in `tools:`).
+    server: str | None = None
+    #: Resource instances that grant the tool besides `tool:<name>` (`mcp_server:<server>`).
+    grants: tuple[str, ...] = ()
 
     @property
     def is_personal(self) -> bool:
@@ -144,6 +151,8 @@ class Tool:
     @functools.cached_property
     def _parameters(self) -> dict[str, Any]:
         """Generating a JSON schema costs ~0.1 ms; a tool's never changes."""
+        if self.parameters is not None:
+            return self.parameters
         params = self.args_model.model_json_schema()
         params.pop("title", None)
         return params

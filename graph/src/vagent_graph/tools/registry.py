@@ -36,6 +36,10 @@ class ToolRegistry:
         found = source()
         return [self.register(t) for t in (found if isinstance(found, list) else [found])]
 
+    def remove(self, name: str) -> None:
+        """Take a tool away (an MCP server that no longer lists it); unknown names are ignored."""
+        self._tools.pop(name, None)
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 

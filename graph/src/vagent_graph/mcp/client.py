@@ -1,0 +1,108 @@
+"""Talking to one MCP server with the official SDK: list its tools, call one.
+
+Each call opens its own session, with the credential of THAT call's user on its own HTTP
+client: nothing (connection, session, header) is shared between two users' calls, so one
+user's credential can never travel on another's call, also under concurrency. The price is
+a handshake per call (bench/README.md measures it); a pool keyed by server AND credential is
+the next step if it matters.
+
+Failures come back as McpUnavailable with a short reason for the log and the metrics; their
+detail (which may quote a URL, a header or the server's internals) never reaches the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
+from mcp.types import CallToolResult
+from mcp.types import Tool as McpTool
+
+from vagent_graph.mcp.config import McpServerConfig
+
+
+class McpUnavailable(RuntimeError):
+    """The server could not answer (down, timeout, dropped, protocol error); `reason` is a
+    short word for logs and metrics."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@asynccontextmanager
+async def session(server: McpServerConfig, auth: httpx.Auth | None) -> AsyncIterator[ClientSession]:
+    """An initialised session with `server`, its HTTP requests signed by `auth`."""
+    if server.transport == "stdio":
+        params = StdioServerParameters(command=server.command or "", args=list(server.args))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            yield s
+        return
+    url = server.url or ""
+    if server.transport == "sse":
+        async with sse_client(url, auth=auth, timeout=server.timeout_seconds) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                yield s
+        return
+    timeout = httpx.Timeout(server.timeout_seconds)
+    async with (
+        httpx.AsyncClient(auth=auth, timeout=timeout, follow_redirects=False) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write) as s,
+    ):
+        await s.initialize()
+        yield s
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, McpError):
+        return "protocol_error"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"http_{exc.response.status_code}"
+    if isinstance(exc, httpx.HTTPError | OSError):
+        return "unreachable"
+    if isinstance(exc, BaseExceptionGroup):
+        inner = exc.exceptions[0] if exc.exceptions else None
+        return _reason(inner) if inner is not None else "failed"
+    return "failed"
+
+
+async def list_tools(server: McpServerConfig, auth: httpx.Auth | None) -> list[McpTool]:
+    """Every tool the server lists (all pages)."""
+    try:
+        with anyio.fail_after(server.timeout_seconds):
+            async with session(server, auth) as s:
+                tools: list[McpTool] = []
+                cursor: str | None = None
+                while True:
+                    page = await s.list_tools(cursor=cursor) if cursor else await s.list_tools()
+                    tools.extend(page.tools)
+                    cursor = page.nextCursor
+                    if not cursor:
+                        return tools
+    except Exception as exc:
+        raise McpUnavailable(_reason(exc)) from None
+
+
+async def call_tool(
+    server: McpServerConfig, name: str, arguments: dict[str, Any], auth: httpx.Auth | None
+) -> CallToolResult:
+    """One call of the server's tool `name`, within the server's timeout."""
+    try:
+        with anyio.fail_after(server.timeout_seconds):
+            async with session(server, auth) as s:
+                return await s.call_tool(name, arguments)
+    except Exception as exc:
+        raise McpUnavailable(_reason(exc)) from None

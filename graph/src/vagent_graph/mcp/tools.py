@@ -1,0 +1,134 @@
+"""A server's tool list as registry Tools, offered and checked exactly like built-in ones.
+
+Names: the server's tool `create_event` of server `calendar` is `calendar__create_event`. An
+OpenAI function name allows `[A-Za-z0-9_-]`, at most 64 characters: a tool whose full name
+does not fit is skipped with a warning naming it (never mangled into another tool's name).
+Grants: `tool:calendar__create_event`, or `mcp_server:calendar` for all of the server's tools.
+Descriptions are cut (a hostile server must not flood the prompt); an input schema that is
+not a JSON-schema object is refused (the tool is skipped), and the model's arguments are
+checked against the schema before anything is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from mcp.types import Tool as McpTool
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.tools.base import RunFn, Tool
+from vagent_shared.access import mcp_server
+
+log = structlog.get_logger(__name__)
+
+#: Makes the `run` of one of a server's tools, by the server's name for it.
+RunFnFactory = Callable[[str], RunFn]
+
+SEPARATOR = "__"
+_FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_DESCRIPTION_CHARS = 1000
+MAX_SCHEMA_CHARS = 20_000
+MAX_ERRORS_SHOWN = 5
+
+
+def exposed_name(server: str, tool: str) -> str | None:
+    """`server__tool`, or None when that is no valid function name."""
+    name = f"{server}{SEPARATOR}{tool}"
+    return name if _FUNCTION_NAME.match(name) else None
+
+
+def needs_confirmation(server: McpServerConfig, tool: McpTool) -> bool:
+    """`auto`: only a tool that says it is read-only runs without asking."""
+    if tool.name in server.confirm_tools or server.confirm == "always":
+        return True
+    if server.confirm == "never":
+        return False
+    hints = tool.annotations
+    return not (hints is not None and hints.readOnlyHint is True)
+
+
+def arguments_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
+    """A pydantic model that lets through exactly the arguments `schema` accepts."""
+    validator = Draft202012Validator(schema)
+
+    class Arguments(BaseModel):
+        model_config = ConfigDict(extra="allow")
+
+        @model_validator(mode="before")
+        @classmethod
+        def _schema(cls, data: Any) -> Any:
+            errors = sorted(validator.iter_errors(data), key=lambda e: list(e.path))
+            if errors:
+                shown = [
+                    f"{'.'.join(map(str, e.path)) or 'arguments'}: {e.message[:200]}"
+                    for e in errors[:MAX_ERRORS_SHOWN]
+                ]
+                raise ValueError("; ".join(shown))
+            return data
+
+    Arguments.__name__ = Arguments.__qualname__ = f"Arguments_{name}"
+    return Arguments
+
+
+def _schema_of(tool: McpTool) -> dict[str, Any] | None:
+    schema = tool.inputSchema
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+        return None
+    if len(repr(schema)) > MAX_SCHEMA_CHARS:
+        return None
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError:
+        return None
+    return {"type": "object", **schema}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    tool: str
+    reason: str
+
+
+def build_tools(
+    server: McpServerConfig, listed: list[McpTool], make_run: RunFnFactory
+) -> tuple[list[Tool], list[Skipped]]:
+    """The registry Tools of `server`'s listed tools that the agent uses, and what was
+    skipped and why (the caller logs it)."""
+    tools: list[Tool] = []
+    skipped: list[Skipped] = []
+    for t in listed:
+        if not server.offers(t.name):
+            continue
+        name = exposed_name(server.name, t.name)
+        if name is None:
+            skipped.append(Skipped(f"{server.name}{SEPARATOR}{t.name}"[:100], "invalid_name"))
+            continue
+        schema = _schema_of(t)
+        if schema is None:
+            skipped.append(Skipped(name, "invalid_schema"))
+            continue
+        description = " ".join((t.description or t.title or t.name).split())
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            description = description[: MAX_DESCRIPTION_CHARS - 1] + "…"
+        tools.append(
+            Tool(
+                name=name,
+                description=description,
+                args_model=arguments_model(name, schema),
+                run=make_run(t.name),
+                requires_confirmation=needs_confirmation(server, t),
+                requires_credentials=server.credential == "user",
+                credential_resource=server.credential_resource,
+                parameters=schema,
+                server=server.name,
+                grants=(mcp_server(server.name),),
+            )
+        )
+    return tools, skipped
