@@ -19,6 +19,12 @@ What it answers (decided from the request, so one server serves every kind of tu
   (history turns: realistic size, no time);
 * contains ``[tool]`` and the last message is not a tool result: a ``database_query`` tool
   call, paced (first delta after TTFT, then 2 argument pieces ``chunk`` apart);
+* contains ``[mcp]`` and the last message is not a tool result: a call of the MCP tool
+  ``--mcp-tool`` (default ``bench__echo``) with ``{"text": <the user message>}``, paced like
+  ``[tool]`` (``bench_capacity.py --mcp``; the message names its user, so the MCP server's
+  record shows whose call it was);
+* ``[tool]`` or ``[mcp]`` together with ``[quick]``: the same tool call at once, then the
+  text at once (a history turn that ran a tool);
 * contains ``[park]`` and the last message is not a tool result: a ``delete_records`` call
   (confirmation required) at once; after the tool result, a quick text;
 * anything else (also after a ``[tool]`` result): the text answer, first chunk after TTFT,
@@ -28,6 +34,7 @@ What it answers (decided from the request, so one server serves every kind of tu
 so a report can tell it apart from the service's); ``GET /stats?reset=1`` also resets them.
 
     python bench/paced_llm.py --ttft-ms 300 --chunk-ms 25 --chunks 120   # prints "PORT <n>"
+        [--mcp-tool bench__echo]
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from typing import Any
 TOOL_ARG_PIECES = 2
 TOOL_SQL = "SELECT COUNT(*) AS n, SUM(amount) AS total FROM records"
 PARK_DATE = "2100-01-01"
+#: The tool a ``[mcp]`` turn calls: the echo tool of the MCP server named ``bench``.
+MCP_TOOL = "bench__echo"
 WORDS = (
     "The records database holds customers orders and amounts and this answer streams one "
     "word per chunk so that the pacing of a hosted model is reproduced closely enough for a "
@@ -117,8 +126,9 @@ class Stats:
 class Pacer:
     """Configuration and pre-encoded pieces shared by every connection."""
 
-    def __init__(self, ttft: float, chunk: float, chunks: int) -> None:
+    def __init__(self, ttft: float, chunk: float, chunks: int, mcp_tool: str = MCP_TOOL) -> None:
         self.ttft, self.chunk, self.chunks = ttft, chunk, chunks
+        self.mcp_tool = mcp_tool
         self.stats = Stats()
         self.text_parts = [_enc({"content": p}) for p in answer_pieces(chunks)]
         self.text = "".join(answer_pieces(chunks))
@@ -143,13 +153,15 @@ class Pacer:
             )
 
         paced = True
-        if not after_tool and ("[tool]" in text or "[park]" in text):
+        if not after_tool and ("[tool]" in text or "[mcp]" in text or "[park]" in text):
             name, args = (
                 ("database_query", {"sql": TOOL_SQL})
                 if "[tool]" in text
+                else (self.mcp_tool, {"text": text})
+                if "[mcp]" in text
                 else ("delete_records", {"older_than": PARK_DATE})
             )
-            paced = "[tool]" in text
+            paced = ("[tool]" in text or "[mcp]" in text) and "[quick]" not in text
             arg = json.dumps(args)
             step = -(-len(arg) // TOOL_ARG_PIECES)
             first = {
@@ -321,8 +333,9 @@ def main() -> None:
     p.add_argument("--ttft-ms", type=float, default=300)
     p.add_argument("--chunk-ms", type=float, default=25)
     p.add_argument("--chunks", type=int, default=120)
+    p.add_argument("--mcp-tool", default=MCP_TOOL, help="the tool a [mcp] turn calls")
     a = p.parse_args()
-    pacer = Pacer(a.ttft_ms / 1000, a.chunk_ms / 1000, a.chunks)
+    pacer = Pacer(a.ttft_ms / 1000, a.chunk_ms / 1000, a.chunks, a.mcp_tool)
     try:
         import uvloop
 

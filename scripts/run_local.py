@@ -4,13 +4,16 @@
 Starts, each on 127.0.0.1: Redis 8 with search + JSON (unless REDIS_URL is set), a throwaway
 Synapse homeserver with the bot and demo users (unless MATRIX_HOMESERVER is set), the
 development AccessControlProvider with the demo policy, the DEVELOPMENT Credential Registry
-(`vagent-credentials`, deploy/dev/credentials.yaml) and the demo ticket service
+(`vagent-credentials`, deploy/dev/credentials.yaml), the demo ticket service
 (`vagent-tickets`, deploy/dev/tickets.yaml, its database in .data/tickets.db), which the
-ticket tools use with each user's own key, the demo documents and entities
-(deploy/dev/knowledge, ingested with `vagent docs`; unchanged ones are skipped), the graph
-service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot. Their
-JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the secrets
-generated for this machine (the bot's password, the graph's credential-cache key) in
+ticket tools use with each user's own key, and the demo calendar MCP server
+(`vagent-calendar`, deploy/dev/calendar.yaml, its database in .data/calendar.db), whose tools
+the demo agent (AGENT_DESCRIPTOR=deploy/dev/agent.yaml unless set; its `mcp_servers:` url is
+CALENDAR_MCP_URL, set to this server) calls with each user's own key; the demo documents and
+entities (deploy/dev/knowledge, ingested with `vagent docs`; unchanged ones are skipped), the
+graph service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot.
+Their JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the
+secrets generated for this machine (the bot's password, the graph's credential-cache key) in
 .data/dev-secrets.json.
 """
 
@@ -42,14 +45,14 @@ DEV_ADMIN_TOKEN = "dev-admin-token-change-me"  # noqa: S105 - the admin API's, l
 DEMO_MANIFEST = ROOT / "deploy/dev/knowledge/manifest.yaml"
 BIN = Path(sys.executable).parent
 #: Demo users of the throwaway homeserver, their roles in deploy/dev/acp-policy.yaml and
-#: whether deploy/dev/credentials.yaml gives them a key for the demo ticket service.
+#: whether deploy/dev/credentials.yaml gives them a key for the demo ticket service and calendar.
 DEMO_USERS = {
     "alice": "operator: deletes after confirming; reads finance, HR, engineering and public docs;"
-    " own ticket key",
-    "bob": "analyst: read-only queries; reads engineering and public docs; own ticket key",
-    "carol": "member: chat; reads public docs only; no ticket key (is told none is configured)",
+    " own ticket and calendar keys",
+    "bob": "analyst: read-only queries; reads engineering and public docs; own ticket and calendar keys",
+    "carol": "member: chat; reads public docs only; no ticket key (is told none is configured); no calendar",
     "dave": "no access at all (gets no reply)",
-    "admin": "superuser: everything in the localhost domain; own ticket key",
+    "admin": "superuser: everything in the localhost domain; own ticket key; no calendar key",
 }
 COLORS = {
     "graph": "\033[35m",
@@ -57,8 +60,9 @@ COLORS = {
     "acp": "\033[33m",
     "creds": "\033[32m",
     "tickets": "\033[34m",
+    "calendar": "\033[94m",
 }
-TAG_WIDTH = 7  # the longest tag, "tickets"
+TAG_WIDTH = 8  # the longest tag, "calendar"
 RESET = "\033[0m"
 _print_lock = threading.Lock()
 
@@ -248,6 +252,15 @@ def main() -> int:
         env.setdefault("TICKETS_DB_PATH", str(DATA / "tickets.db"))
         env.setdefault("CREDENTIAL_REGISTRY_URL", f"http://127.0.0.1:{creds_port}")
         env.setdefault("TICKETS_URL", f"http://127.0.0.1:{tickets_port}")
+        # The demo calendar MCP server (DEV ONLY) and the demo agent that lists it in
+        # `mcp_servers:` (its url is ${CALENDAR_MCP_URL}); an AGENT_DESCRIPTOR of yours wins.
+        calendar_port = env.setdefault("CALENDAR_PORT", "8093")
+        env.setdefault("CALENDAR_HOST", "127.0.0.1")
+        env.setdefault("CALENDAR_SEED_FILE", str(ROOT / "deploy/dev/calendar.yaml"))
+        env.setdefault("CALENDAR_DB_PATH", str(DATA / "calendar.db"))
+        env.setdefault("CALENDAR_MCP_URL", f"http://127.0.0.1:{calendar_port}/mcp")
+        if not env.get("AGENT_DESCRIPTOR"):
+            env["AGENT_DESCRIPTOR"] = str(ROOT / "deploy/dev/agent.yaml")
         if not env.get("CREDENTIAL_CACHE_KEY"):
             env["CREDENTIAL_CACHE_KEY"] = dev_secret("credential_cache_key", fernet_key)
         env.setdefault("GRAPH_API_ENDPOINT", f"http://127.0.0.1:{port}")
@@ -261,9 +274,11 @@ def main() -> int:
         acp = start("acp", "vagent-acp", {})
         creds = start("creds", "vagent-credentials", {})
         tickets = start("tickets", "vagent-tickets", {})
+        calendar = start("calendar", "vagent-calendar", {})
         wait_http(f"http://127.0.0.1:{acp_port}/health", acp, "vagent-acp")
         wait_http(f"http://127.0.0.1:{creds_port}/health", creds, "vagent-credentials")
         wait_http(f"http://127.0.0.1:{tickets_port}/health", tickets, "vagent-tickets")
+        wait_http(f"http://127.0.0.1:{calendar_port}/health", calendar, "vagent-calendar")
         graph = start("graph", "vagent-graph", {})
         wait_http(f"http://127.0.0.1:{port}/health", graph, "vagent-graph")
         bot = start("bot", "vagent-bot", {})
@@ -281,6 +296,10 @@ def main() -> int:
         creds_note = ""
         if env["CREDENTIAL_REGISTRY_URL"] != creds_url:
             creds_note = f"; the graph uses {env['CREDENTIAL_REGISTRY_URL']}"
+        calendar_url = f"http://127.0.0.1:{calendar_port}/mcp"
+        calendar_note = ""
+        if env["CALENDAR_MCP_URL"] != calendar_url:
+            calendar_note = f"; the agent uses {env['CALENDAR_MCP_URL']}"
         # The CLIs default to port 6379: name our Redis (a REDIS_URL of yours is yours to pass,
         # and may hold a password, so it is not printed).
         redis_env = "" if redis_given else f"REDIS_URL={env['REDIS_URL']} "
@@ -301,6 +320,8 @@ vagent is running.
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
   credentials     {creds_url}   (DEVELOPMENT registry; policy: {env["CREDENTIALS_POLICY_FILE"]}{creds_note})
   tickets         http://127.0.0.1:{tickets_port}   (demo ticket service; data: {env["TICKETS_DB_PATH"]})
+  calendar        {calendar_url}   (demo calendar MCP server; data: {env["CALENDAR_DB_PATH"]}{calendar_note})
+  agent           {env["AGENT_DESCRIPTOR"]}   (AGENT_DESCRIPTOR)
   audit trail     `{redis_env}.venv/bin/vagent audit tail` (Redis stream {audit_stream})
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
 Talk to it: `make chat` in another terminal (as @alice:localhost; CHAT_USER=@dave:localhost
@@ -308,6 +329,9 @@ CHAT_PASSWORD=dave-password make chat to see a user without access get nothing),
 client (e.g. Element) pointed at {env["MATRIX_HOMESERVER"]}. The HTTP API example is in README.md.
 Try "what are my open tickets?" as alice, then as bob (CHAT_USER=@bob:localhost
 CHAT_PASSWORD=bob-password make chat): each sees only their own; carol has no key and is told so.
+Try "what is on my calendar on 2026-12-01?" (alice and bob see only their own events; carol is
+never offered the calendar) and "book a design review with @bob:localhost on 2026-12-01 at 10:00"
+(it asks first; "yes" books it).
 Then see who did what: `{redis_env}.venv/bin/vagent audit tail`.
 Ctrl-C stops everything.
 """)

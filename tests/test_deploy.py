@@ -7,9 +7,9 @@ is checked as text, never built).
 
 With ``kubectl`` on PATH the overlays are rendered by ``kubectl kustomize``.
 Without it, the manifest checks run on a small built-in approximation of
-kustomize (resources, generators, namespace, images, replicas; patches are not
-applied), so the checks still run on a machine that has no kubectl. When
-kubectl is present, a test compares the two renderings.
+kustomize (resources, generators, namespace, images, replicas, and JSON 6902
+patches' add/replace), so the checks still run on a machine that has no kubectl.
+When kubectl is present, a test compares the two renderings.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import starlark  # starlark-pyo3, from requirements/dev.txt
 import yaml
 from pydantic import SecretStr
 
-from vagent_dev.settings import AcpSettings, CredentialRegistrySettings, TicketsSettings
+from vagent_dev.settings import AcpSettings, CalendarSettings, CredentialRegistrySettings, TicketsSettings
 from vagent_shared.access import Resource
 from vagent_shared.settings import BotSettings, GraphSettings
 
@@ -44,7 +44,8 @@ NAMESPACES = {"dev": "vagent-dev", "prod": "vagent"}
 COMPOSE = ROOT / "docker-compose.yml"
 TILTFILE = ROOT / "Tiltfile"
 DOCKERFILES = {"graph": ROOT / "graph" / "Dockerfile", "bot": ROOT / "bot" / "Dockerfile"}
-# The development stand-ins' image (vagent-acp, vagent-credentials, vagent-tickets).
+# The development stand-ins' image (vagent-acp, vagent-credentials, vagent-tickets,
+# vagent-calendar).
 DEV_DOCKERFILE = ROOT / "dev" / "Dockerfile"
 REDIS_DOCKERFILE = ROOT / "deploy" / "redis" / "Dockerfile"
 KNOWLEDGE = ROOT / "deploy" / "dev" / "knowledge"
@@ -57,6 +58,14 @@ BOT_ENV = set(BotSettings.model_fields)
 ACP_ENV = set(AcpSettings.model_fields)
 CREDENTIALS_ENV = set(CredentialRegistrySettings.model_fields)
 TICKETS_ENV = set(TicketsSettings.model_fields)
+CALENDAR_ENV = set(CalendarSettings.model_fields)
+# ... and the one exception, for the graph only: CALENDAR_MCP_URL is not a GraphSettings
+# field. The graph reads it solely through the demo agent descriptor (deploy/dev/agent.yaml,
+# `mcp_servers: - url: ${CALENDAR_MCP_URL}`; ${VAR} is expanded from the environment when the
+# descriptor loads, and a missing one is a startup error), so the deployments that run that
+# agent must set it. Every ${VAR} of that descriptor must be listed here (a test checks).
+GRAPH_DESCRIPTOR_ENV = {"CALENDAR_MCP_URL"}
+GRAPH_PROCESS_ENV = GRAPH_ENV | GRAPH_DESCRIPTOR_ENV
 SECRET_ENV = {
     "GRAPH_API_TOKEN",
     "GRAPH_ADMIN_TOKEN",
@@ -109,27 +118,47 @@ INGEST_SHARED_ENV = {
 
 # k8s workload name -> (allowed env names, console command it runs, port)
 WORKLOADS = {
-    "vagent-graph": (GRAPH_ENV, "vagent-graph", 8000),
+    "vagent-graph": (GRAPH_PROCESS_ENV, "vagent-graph", 8000),
     "vagent-bot": (BOT_ENV, "vagent-bot", 8080),
     "vagent-acp": (ACP_ENV, "vagent-acp", 8090),
     "vagent-credentials": (CREDENTIALS_ENV, "vagent-credentials", 8091),
     "vagent-tickets": (TICKETS_ENV, "vagent-tickets", 8092),
+    "vagent-calendar": (CALENDAR_ENV, "vagent-calendar", 8093),
 }
 # The development stand-ins (dev overlay and compose profile only): workload -> (compose
 # service, the env naming its address, its file setting, the file in deploy/dev, the
-# graph setting that points at it).
+# graph setting that points at it, the path the graph's URL ends with).
 DEV_SERVICES = {
-    "vagent-acp": ("acp", "ACP_HOST", "ACP_POLICY_FILE", "acp-policy.yaml", None),
+    "vagent-acp": ("acp", "ACP_HOST", "ACP_POLICY_FILE", "acp-policy.yaml", None, ""),
     "vagent-credentials": (
         "credentials",
         "CREDENTIALS_HOST",
         "CREDENTIALS_POLICY_FILE",
         "credentials.yaml",
         "CREDENTIAL_REGISTRY_URL",
+        "",
     ),
-    "vagent-tickets": ("tickets", "TICKETS_HOST", "TICKETS_SEED_FILE", "tickets.yaml", "TICKETS_URL"),
+    "vagent-tickets": ("tickets", "TICKETS_HOST", "TICKETS_SEED_FILE", "tickets.yaml", "TICKETS_URL", ""),
+    # An MCP server: the graph reaches it through the demo agent's ${CALENDAR_MCP_URL}.
+    "vagent-calendar": (
+        "calendar",
+        "CALENDAR_HOST",
+        "CALENDAR_SEED_FILE",
+        "calendar.yaml",
+        "CALENDAR_MCP_URL",
+        "/mcp",
+    ),
 }
+# The stand-ins that keep a database: workload -> the setting naming its file.
+DEV_DATABASES = {"vagent-tickets": "TICKETS_DB_PATH", "vagent-calendar": "CALENDAR_DB_PATH"}
 DEV_DIR = ROOT / "deploy" / "dev"
+# The demo agent of `make run`, compose and the k8s dev overlay: the packaged agent plus the
+# demo calendar MCP server (tests/unit/test_mcp_demo.py). Compose and k8s mount it here.
+DEV_AGENT = DEV_DIR / "agent.yaml"
+AGENT_MOUNT = "/etc/vagent/agent.yaml"
+# Files of deploy/dev that kustomize reads from a copy in the dev overlay (it reads only below
+# it): each copy must be byte-equal.
+DEV_MIRRORS = ("acp-policy.yaml", "credentials.yaml", "tickets.yaml", "calendar.yaml", "agent.yaml")
 KNOWLEDGE_JOB = "vagent-knowledge"
 KNOWLEDGE_MOUNT = "/etc/vagent/knowledge"
 INGEST_ARGS = ["vagent", "docs", "ingest", "--manifest", f"{KNOWLEDGE_MOUNT}/manifest.yaml"]
@@ -229,7 +258,34 @@ def _approx_build(directory: Path) -> list[dict[str, Any]]:
         for doc in docs:
             if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["name"] == rep["name"]:
                 doc["spec"]["replicas"] = rep["count"]
+    for patch in kust.get("patches", []):
+        text = patch["patch"] if "patch" in patch else (directory / patch["path"]).read_text()
+        ops = yaml.safe_load(text)
+        assert isinstance(ops, list), "the approximation applies JSON 6902 patches only"
+        target = patch["target"]
+        for doc in docs:
+            if doc["kind"] == target.get("kind", doc["kind"]) and re.fullmatch(
+                target.get("name", ".*"), doc["metadata"]["name"]
+            ):
+                _json_patch(doc, ops)
     return docs
+
+
+def _json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """RFC 6902 `add` and `replace`, which is all the overlays use."""
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        assert op["op"] in ("add", "replace"), f"the approximation cannot apply {op['op']}"
+        if isinstance(node, list):
+            if op["op"] == "add":
+                node.insert(len(node) if last == "-" else int(last), op["value"])
+            else:
+                node[int(last)] = op["value"]
+        else:
+            node[last] = op["value"]
 
 
 @functools.cache
@@ -342,7 +398,14 @@ def _secret_settings() -> set[str]:
     """Every setting typed as a secret (SecretStr) in vagent_shared.settings."""
     return {
         name
-        for cls in (GraphSettings, BotSettings, AcpSettings, CredentialRegistrySettings, TicketsSettings)
+        for cls in (
+            GraphSettings,
+            BotSettings,
+            AcpSettings,
+            CredentialRegistrySettings,
+            TicketsSettings,
+            CalendarSettings,
+        )
         for name, field in cls.model_fields.items()
         if field.annotation is SecretStr or SecretStr in get_args(field.annotation)
     }
@@ -372,14 +435,19 @@ def test_expected_files_exist() -> None:
         "deploy/dev/acp-policy.yaml",
         "deploy/dev/credentials.yaml",
         "deploy/dev/tickets.yaml",
+        "deploy/dev/calendar.yaml",
+        "deploy/dev/agent.yaml",
         "deploy/dev/synapse/homeserver.yaml",
         "deploy/dev/knowledge/manifest.yaml",
         "deploy/redis/Dockerfile",
         "k8s/overlays/dev/knowledge.yaml",
         "k8s/overlays/dev/credential-registry.yaml",
         "k8s/overlays/dev/ticket-service.yaml",
+        "k8s/overlays/dev/calendar-service.yaml",
         "k8s/overlays/dev/credentials.yaml",
         "k8s/overlays/dev/tickets.yaml",
+        "k8s/overlays/dev/calendar.yaml",
+        "k8s/overlays/dev/agent.yaml",
         "docker-compose.yml",
         "Tiltfile",
         ".dockerignore",

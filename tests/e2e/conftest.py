@@ -33,6 +33,7 @@ ROLES = {
         "tool:search_documents",
         "tool:list_my_tickets",
         "tool:create_ticket",
+        "mcp_server:calendar",  # the calendar MCP server's tools (tests/e2e/test_mcp_e2e.py)
         "document_category:finance",
         "document_tag:public",
     ],

@@ -34,6 +34,7 @@ TOOLS = [
     tool("not_object", input_schema={"type": "array"}),
     tool("bad name!", params={"text": "string"}),
     tool("drop", "drop", params={"text": "string"}),
+    tool("ask", "elicit", params={"text": "string"}, message="Which meeting room?"),
 ]
 
 
@@ -75,6 +76,7 @@ async def test_a_hostile_list_keeps_only_what_is_safe(server: McpTestServer) -> 
             "x__search_documents",
             "x__flood",
             "x__drop",
+            "x__ask",
         }
         assert registry.get("search_documents") is builtin  # a server cannot shadow a built-in tool
         flood = registry.get("x__flood")
@@ -98,6 +100,8 @@ async def test_faults_reach_the_model_as_plain_words_and_nothing_hangs(server: M
         huge = await run(registry, "x__huge")
         assert len(huge) < 20_200 and f"the tool returned {BIG} characters, 20000 are shown" in huge
         assert "returned an image (image/png)" in await run(registry, "x__picture")
+        asked = await run(registry, "x__ask")  # an elicitation is declined, and the model told
+        assert asked.startswith("elicitation: decline") and '"Which meeting room?"' in asked
         started = time.monotonic()
         dropped = await run(registry, "x__drop")  # the server dies mid-call: the outcome is unknown
         assert dropped.startswith("x__drop") and "Traceback" not in dropped
@@ -105,7 +109,7 @@ async def test_faults_reach_the_model_as_plain_words_and_nothing_hangs(server: M
         assert time.monotonic() - started < 10
     finally:
         await servers.aclose()
-    assert [c["tool"] for c in server.calls()] == ["echo", "slow", "boom", "huge", "picture", "drop"]
+    assert [c["tool"] for c in server.calls()] == ["echo", "slow", "boom", "huge", "picture", "ask", "drop"]
 
 
 async def test_stdio_and_sse_transports(tmp_path: Path) -> None:

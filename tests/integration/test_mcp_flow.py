@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 from procutil import free_port
+from redis import Redis
 
 from tests.integration.test_calendar_server import CalendarProcess, start_calendar
 from tests.support.factories import ac, message_body, new_session
@@ -26,6 +27,7 @@ from tests.support.procs import ROOT, ServiceProcess
 from tests.support.redis_dump import dump_redis
 from tests.support.sse import kinds, post_sse
 from vagent_shared import SessionId
+from vagent_shared.audit import AuditEvent
 from vagent_shared.events import HitlRequest, SSEEvent
 
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
@@ -111,7 +113,7 @@ def tool_result(llm: ScriptedLLMServer, request: int = -1) -> str:
 
 
 async def test_offered_only_with_the_grant_and_never_reached_without_it(
-    stack: Stack, llm_server: ScriptedLLMServer
+    stack: Stack, llm_server: ScriptedLLMServer, redis_url: str
 ) -> None:
     llm_server.push_text("Hi.")
     await stack.ask(new_session(ALICE), "hello")
@@ -130,8 +132,12 @@ async def test_offered_only_with_the_grant_and_never_reached_without_it(
     assert not [n for n in llm_server.offered_tool_names(-2) if n.startswith("calendar__")]
     assert "Access denied" in tool_result(llm_server)
     assert await stack.calls() == []
-    audit = "\n".join(stack.graph.logs().splitlines()[-200:])
-    assert "tool:calendar__create_event" in audit and "tool_not_granted" in audit
+    events = [AuditEvent.from_stream(fields) for _, fields in Redis.from_url(redis_url).xrange(stack.stream)]
+    offered = [e for e in events if e.event_type == "tool_offered" and e.user_id == ALICE]
+    assert offered and offered[0].metadata["mcp_servers"] == ["calendar"]
+    (denied,) = [e for e in events if e.event_type == "access_denied" and e.user_id == CAROL]
+    assert denied.resource == "tool:calendar__create_event" and denied.reason == "tool_not_granted"
+    assert denied.metadata == {"mcp_server": "calendar"}
 
 
 async def test_each_call_carries_its_own_users_key_under_concurrency(

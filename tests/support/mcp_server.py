@@ -79,7 +79,7 @@ from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 Transport = Literal["streamable_http", "sse", "stdio"]
-Behaviour = Literal["echo", "error", "hang", "big", "structured", "image", "drop"]
+Behaviour = Literal["echo", "error", "hang", "big", "structured", "image", "drop", "elicit"]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,6 +286,11 @@ def build_server(config: ServerConfig, recorder: Recorder) -> Server[Any, Any]:
             case "drop":
                 sys.stdout.flush()
                 os._exit(spec.exit_code)
+            case "elicit":  # asks the user for input mid-call; answers with what it got
+                answer = await server.request_context.session.elicit(
+                    spec.message, {"type": "object", "properties": {"room": {"type": "string"}}}
+                )
+                return [types.TextContent(type="text", text=f"elicitation: {answer.action}")]
 
     # The low-level decorators are untyped; registering through Any keeps the handlers typed.
     registry = cast(Any, server)

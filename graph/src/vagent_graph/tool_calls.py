@@ -389,5 +389,11 @@ class ToolCalls:
             resource=f"tool:{name[:100]}",
             decision=decision,
             reason=reason,
+            metadata=self._origin(name),
             arguments=call.raw_args if call else None,
         )
+
+    def _origin(self, name: str) -> dict[str, Any] | None:
+        """Which MCP server a tool comes from, for the audit record (None: built in)."""
+        tool = self.registry.get(name)
+        return {"mcp_server": tool.server} if tool is not None and tool.server else None

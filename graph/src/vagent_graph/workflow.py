@@ -109,7 +109,7 @@ class Workflow:
             session_id,
             resource=f"agent:{deps.agent.id}",
             decision="allowed",
-            metadata={"tools": [t.name for t in tools]},
+            metadata=offered_metadata(tools),
         )
         return tools
 
@@ -172,6 +172,12 @@ class Workflow:
         if state.get("stopped"):
             return END
         return "tools" if pending_calls(state.get("messages", [])) else "agent"
+
+
+def offered_metadata(tools: list[Tool]) -> dict[str, Any]:
+    """The `tool_offered` record: the tools, and the MCP servers they come from (if any)."""
+    servers = sorted({t.server for t in tools if t.server})
+    return {"tools": [t.name for t in tools], **({"mcp_servers": servers} if servers else {})}
 
 
 def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any] | None) -> CompiledStateGraph[Any]:

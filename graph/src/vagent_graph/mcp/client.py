@@ -22,8 +22,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 from mcp.types import Tool as McpTool
 
 from vagent_graph.mcp.config import McpServerConfig
@@ -38,19 +39,41 @@ class McpUnavailable(RuntimeError):
         self.reason = reason
 
 
+class Declined:
+    """Declines every elicitation (a server asking the user for input mid-call) and keeps
+    what was asked, so the model can tell the user. Why not ask in the thread: a question
+    must survive a restart, and an MCP call cannot (its session is gone); the server gets a
+    clean "decline" instead of a protocol error."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def __call__(
+        self, context: RequestContext[ClientSession, Any], params: ElicitRequestParams
+    ) -> ElicitResult:
+        self.asked.append(" ".join(str(getattr(params, "message", "")).split())[:300])
+        return ElicitResult(action="decline")
+
+
 @asynccontextmanager
-async def session(server: McpServerConfig, auth: httpx.Auth | None) -> AsyncIterator[ClientSession]:
+async def session(
+    server: McpServerConfig, auth: httpx.Auth | None, elicitation: Declined | None = None
+) -> AsyncIterator[ClientSession]:
     """An initialised session with `server`, its HTTP requests signed by `auth`."""
+    decline = elicitation or Declined()
     if server.transport == "stdio":
         params = StdioServerParameters(command=server.command or "", args=list(server.args))
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, elicitation_callback=decline) as s,
+        ):
             await s.initialize()
             yield s
         return
     url = server.url or ""
     if server.transport == "sse":
         async with sse_client(url, auth=auth, timeout=server.timeout_seconds) as (read, write):
-            async with ClientSession(read, write) as s:
+            async with ClientSession(read, write, elicitation_callback=decline) as s:
                 await s.initialize()
                 yield s
         return
@@ -58,7 +81,7 @@ async def session(server: McpServerConfig, auth: httpx.Auth | None) -> AsyncIter
     async with (
         httpx.AsyncClient(auth=auth, timeout=timeout, follow_redirects=False) as http,
         streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write) as s,
+        ClientSession(read, write, elicitation_callback=decline) as s,
     ):
         await s.initialize()
         yield s
@@ -98,11 +121,13 @@ async def list_tools(server: McpServerConfig, auth: httpx.Auth | None) -> list[M
 
 async def call_tool(
     server: McpServerConfig, name: str, arguments: dict[str, Any], auth: httpx.Auth | None
-) -> CallToolResult:
-    """One call of the server's tool `name`, within the server's timeout."""
+) -> tuple[CallToolResult, list[str]]:
+    """One call of the server's tool `name`, within the server's timeout; and what the
+    server asked for mid-call (declined)."""
+    declined = Declined()
     try:
         with anyio.fail_after(server.timeout_seconds):
-            async with session(server, auth) as s:
-                return await s.call_tool(name, arguments)
+            async with session(server, auth, declined) as s:
+                return await s.call_tool(name, arguments), declined.asked
     except Exception as exc:
         raise McpUnavailable(_reason(exc)) from None

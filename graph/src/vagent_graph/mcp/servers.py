@@ -61,6 +61,15 @@ def failure_text(tool: str, reason: str) -> str:
     return f"{tool} is unavailable right now ({reason}); tell the user it did not work. Do not retry now."
 
 
+def declined_text(asked: list[str]) -> str:
+    """What the model is told when the server asked the user for more input mid-call."""
+    quoted = "; ".join(f'"{a}"' for a in asked)
+    return (
+        f"(The tool asked the user for more input ({quoted}); vagent cannot ask mid-call yet, so it "
+        "declined. Ask the user for that information and call the tool again with it.)"
+    )
+
+
 @dataclass
 class ServerState:
     up: bool = False
@@ -155,7 +164,7 @@ class McpServers:
 
         async def run(args: BaseModel, ctx: ToolContext, answer: str | None) -> str:
             try:
-                result = await client.call_tool(
+                result, asked = await client.call_tool(
                     server, name, args.model_dump(mode="json"), auth_for(server, ctx)
                 )
             except McpUnavailable as exc:
@@ -165,6 +174,9 @@ class McpServers:
             text, failed = result_text(exposed, result, self.result_max_chars)
             if failed:
                 metrics.MCP_FAILURES.labels(server.name, "call_tool_error").inc()
+            if asked:
+                log.info("mcp_elicitation_declined", server=server.name, tool=exposed)
+                text += "\n" + declined_text(asked)
             return text
 
         return run
