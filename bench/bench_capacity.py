@@ -18,9 +18,22 @@ model paced like a hosted one, what each costs, and what a parked question costs
 3. Parking. ``--park`` sessions each left at a pending confirmation (``delete_records``) on a
    dedicated Redis: Redis bytes per parked session, the graph's RSS before and after, and a
    sample answered afterwards to show they resume.
+4. MCP (``--mcp``). Instead of the baseline, ONE graph process with an MCP server in its
+   descriptor (``mcp_servers:``, ``credential: user``) carries two variants that alternate
+   step by step: ``builtin``, whose tool turns call ``database_query``, and ``mcp``, whose
+   tool turns call the read-only echo tool of ``tests/support/mcp_server.py`` with the
+   asking user's own API key, fetched from a ``vagent-credentials`` registry started with a
+   temporary policy (one random key per bench user). Every measured turn is a tool turn
+   (``--tool-share`` 1 by default); the history turns (the first of them runs the variant's
+   tool at once, which also puts the user's credential in the graph's cache) run before
+   the CPU reading starts, so CPU per turn is CPU per tool turn. Printed: both variants'
+   added first-token p99 and CPU per turn, MCP/built-in, the verdict against the target, and
+   the MCP server's calls grouped by the fingerprint (SHA-256) of the key they carried,
+   which must be exactly their users' keys (a MISMATCH is printed and the exit code is 1).
 
     .venv/bin/python bench/bench_capacity.py                 # or: make bench-capacity
     .venv/bin/python bench/bench_capacity.py --baseline-ref 7ba0554
+    .venv/bin/python bench/bench_capacity.py --mcp           # MCP tool turns vs built-in ones
     .venv/bin/python bench/bench_capacity.py --quick         # seconds, for smoke tests
 """
 
@@ -32,11 +45,14 @@ import contextlib
 import math
 import os
 import random
+import re
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +62,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 for _p in (ROOT, ROOT / "scripts"):
@@ -67,8 +84,10 @@ from bench.common import (  # noqa: E402
 )
 from bench.paced_llm import TOOL_ARG_PIECES  # noqa: E402
 from redis_local import RedisServer, free_port  # noqa: E402
-from tests.support.factories import ac, message_body, new_session  # noqa: E402
+from tests.support.factories import ALL_TOOLS, DOMAIN, ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
+from tests.support.mcp_server import McpTestServer, fingerprint, tool  # noqa: E402
+from tests.support.procs import ServiceProcess  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, TextChunk, TextFinal  # noqa: E402
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest  # noqa: E402
@@ -105,8 +124,31 @@ QUICK: dict[str, Any] = {
     "chunk_ms": 10.0,
     "chunks": 20,
 }
-VERSIONS_OF = ("langgraph", "langgraph-checkpoint-redis", "langchain-openai", "fastapi", "uvicorn", "aiohttp")
+#: --mcp: what changes from the defaults (an explicit option still wins): every measured turn
+#: a tool turn, steps around the target's 50, no parking.
+MCP_DEFAULTS: dict[str, Any] = {"steps": "10,25,50,100", "tool_share": 1.0, "park": 0}
+MCP_QUICK: dict[str, Any] = {"tool_share": 1.0, "park": 0}
+VERSIONS_OF = (
+    "langgraph",
+    "langgraph-checkpoint-redis",
+    "langchain-openai",
+    "fastapi",
+    "uvicorn",
+    "aiohttp",
+    "mcp",
+    "httpx",
+)
 USER_AC = ac()
+#: --mcp: the MCP server's name in the descriptor: its tool is `bench__echo` (what the paced
+#: stand-in calls for `[mcp]`), its grant `mcp_server:bench`, its credentials `mcp:bench`.
+MCP_SERVER = "bench"
+MCP_GRANTS = [*ALL_TOOLS, f"mcp_server:{MCP_SERVER}"]
+#: The issue's target for an MCP tool turn, at MCP_TARGET_STEP concurrent conversations.
+MCP_TARGET_STEP = 50
+MCP_CPU_RATIO_TARGET = 1.2
+MCP_P99_DELTA_TARGET_MS = 20.0
+#: How a turn's message names its user, for the MCP server's record (echo's `text`).
+USER_TAG = re.compile(r"\[user (@[^\]\s]+)\]")
 
 
 # ---------------------------------------------------------------------------- one turn
@@ -125,8 +167,8 @@ class Turn:
     error: str = ""
 
 
-def request_for(conv: int, session: Any, text: str) -> ProcessMessageRequest:
-    body = message_body(session, text, USER_AC)
+def request_for(conv: int, session: Any, text: str, ac_context: Any = USER_AC) -> ProcessMessageRequest:
+    body = message_body(session, text, ac_context)
     return ProcessMessageRequest.model_validate(body)
 
 
@@ -162,6 +204,14 @@ class StepJob:
     turns: int
     turn_seconds: float
     seed: int
+    #: what a tool turn's message carries: "[tool]" (database_query) or "[mcp]" (the MCP tool)
+    marker: str = "[tool]"
+    #: None: every conversation's AcContext is USER_AC; else each conversation's own user
+    #: (@cap<i>:localhost) with these grants, named in its messages (USER_TAG)
+    grants: list[str] | None = None
+    #: --mcp: all history turns first (the first one runs the tool at once), then tell the
+    #: parent and wait for "go" (its CPU reading), then the measured turns
+    split_history: bool = False
 
 
 @dataclass
@@ -194,19 +244,22 @@ async def graph_client(url: str) -> AsyncIterator[GraphClient]:
         await session.close()
 
 
-async def run_step(job: StepJob) -> StepOutcome:
+async def run_step(job: StepJob, conn: Connection | None = None) -> StepOutcome:
     """`job.conversations` conversations at once: each starts at a random moment within one
     turn's time (a smooth arrival, not a burst), makes its history turns, then `job.turns`
     measured turns back to back. The steady window runs from the moment the last
     conversation starts measuring to the moment the first one is done: only turns that
-    START inside it are in the latency figures (all N conversations were in flight)."""
+    START inside it are in the latency figures (all N conversations were in flight).
+    With `job.split_history`, every conversation makes its history turns first; then the
+    parent is told (through `conn`) and the random start applies to the measured turns."""
     async with graph_client(job.url) as client:
-        return await _run_step(job, client)
+        return await _run_step(job, client, conn)
 
 
-async def _run_step(job: StepJob, client: GraphClient) -> StepOutcome:
+async def _run_step(job: StepJob, client: GraphClient, conn: Connection | None = None) -> StepOutcome:
     rng = random.Random(job.seed)
     loop_start = time.perf_counter()
+    measure_start = loop_start
     cpu0 = sum(os.times()[:2])
     turns: list[Turn] = []
     history_errors: list[str] = []
@@ -216,6 +269,10 @@ async def _run_step(job: StepJob, client: GraphClient) -> StepOutcome:
     window: dict[str, float] = {}
     lags: list[float] = []
     stop_lag = asyncio.Event()
+    history_left = n
+    history_done, go = asyncio.Event(), asyncio.Event()
+    if not job.split_history:
+        go.set()
 
     async def lag_probe() -> None:
         while not stop_lag.is_set():
@@ -224,36 +281,61 @@ async def _run_step(job: StepJob, client: GraphClient) -> StepOutcome:
             lags.append((time.perf_counter() - t - 0.05) * 1000)
 
     async def conversation(i: int) -> None:
-        nonlocal history_count, started_measuring
+        nonlocal history_count, started_measuring, history_left
         tool = int((i + 1) * job.tool_share) > int(i * job.tool_share)  # spread evenly
-        await asyncio.sleep(rng.uniform(0, job.turn_seconds))
-        session = new_session(user=f"@cap{i}:localhost")
-        for h in range(HISTORY_TURNS):
-            t = Turn(i, False, 0.0)
-            await one_turn(client, request_for(i, session, f"[quick] history question {h}"), t, loop_start)
-            history_count += 1
-            if t.error:
-                history_errors.append(t.error)
-                break
+        user = f"@cap{i}:localhost"
+        who, tag = (USER_AC, "") if job.grants is None else (ac(user, job.grants), f" [user {user}]")
+        if not job.split_history:
+            await asyncio.sleep(rng.uniform(0, job.turn_seconds))
+        session = new_session(user=user)
+        try:
+            for h in range(HISTORY_TURNS):
+                t = Turn(i, False, 0.0)
+                quick = f"[quick] {job.marker} " if job.split_history and tool and h == 0 else "[quick] "
+                text = f"{quick}history question {h}{tag}"
+                await one_turn(client, request_for(i, session, text, who), t, loop_start)
+                history_count += 1
+                if t.error:
+                    history_errors.append(t.error)
+                    break
+        finally:
+            history_left -= 1
+            if not history_left:
+                history_done.set()
+        await go.wait()
+        if job.split_history:
+            await asyncio.sleep(rng.uniform(0, job.turn_seconds))
         started_measuring += 1
         if started_measuring == n:
             window["start"] = time.perf_counter() - loop_start
         for k in range(1, job.turns + 1):
-            text = f"{'[tool] ' if tool else ''}How are the orders going? ({k})"
+            text = f"{job.marker + ' ' if tool else ''}How are the orders going? ({k}){tag}"
             t = Turn(i, tool, 0.0)
-            await one_turn(client, request_for(i, session, text), t, loop_start)
+            await one_turn(client, request_for(i, session, text, who), t, loop_start)
             turns.append(t)
             if t.error:
                 return
         window.setdefault("end", time.perf_counter() - loop_start)
 
+    async def barrier() -> None:
+        """split_history: every history turn done -> tell the parent, wait for its "go"."""
+        nonlocal measure_start, cpu0
+        await history_done.wait()
+        assert conn is not None
+        conn.send(("history", history_count, list(history_errors)))
+        await asyncio.to_thread(conn.recv)
+        measure_start, cpu0 = time.perf_counter(), sum(os.times()[:2])
+        lags.clear()
+        go.set()
+
     probe = asyncio.create_task(lag_probe())
+    tasks = [conversation(i) for i in range(n)]
     try:
-        await asyncio.gather(*(conversation(i) for i in range(n)))
+        await asyncio.gather(*tasks, *([barrier()] if job.split_history else []))
     finally:
         stop_lag.set()
         await probe
-    wall = time.perf_counter() - loop_start
+    wall = time.perf_counter() - measure_start
     ws, we = window.get("start", wall), window.get("end", wall)
     lag = summary(lags)
     return StepOutcome(
@@ -369,7 +451,7 @@ def _serve_client(conn: Connection) -> None:
         while (job := conn.recv()) is not None:
             try:
                 if isinstance(job, StepJob):
-                    conn.send(loop.run_until_complete(run_step(job)))
+                    conn.send(loop.run_until_complete(run_step(job, conn)))
                 else:
                     conn.send(("result", loop.run_until_complete(park_sessions(conn, job))))
             except Exception as exc:  # the parent raises it
@@ -561,6 +643,257 @@ def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
     return server.start()
 
 
+# -------------------------------------------------------------------------------- --mcp
+
+
+@dataclass
+class McpBench:
+    """--mcp's fixtures: the MCP test server, the credential registry, and each bench user's
+    API key for the server (in the registry's policy, never printed)."""
+
+    server: McpTestServer
+    registry: ServiceProcess
+    keys: dict[str, str]
+    #: every call of the run (warm-up included), for the summary
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    listings: int = 0
+
+    def __post_init__(self) -> None:
+        self.fingerprints = {user: fingerprint(key) for user, key in self.keys.items()}
+
+    def take_calls(self) -> tuple[list[dict[str, Any]], int]:
+        """The calls and the number of tools/list the server recorded since the last take
+        (the run is between steps: nothing is in flight)."""
+        calls, listings = self.server.calls(), len(self.server.listings())
+        self.server.clear()
+        self.calls += calls
+        self.listings += listings
+        return calls, listings
+
+
+def start_mcp(stack: contextlib.ExitStack, tmp: Path, cfg: Config) -> tuple[McpBench, dict[str, str]]:
+    """The registry (a temporary policy: a random API key per bench user for `mcp:bench`),
+    the MCP test server (one read-only echo tool), and the graph's environment for them: a
+    copy of the packaged descriptor plus `mcp_servers:` (`credential: user`)."""
+    users = [f"@cap{i}:localhost" for i in range(max(cfg.steps))]
+    keys = {u: f"bench-{secrets.token_hex(16)}" for u in users}
+    resource = {"type": "api_key", "users": keys}
+    policy = {"domains": {DOMAIN: {"resources": {f"mcp:{MCP_SERVER}": resource}}}}
+    policy_path = tmp / "credentials.yaml"
+    policy_path.write_text(yaml.safe_dump(policy), encoding="utf-8")
+    port = free_port()
+    registry = ServiceProcess(
+        "vagent-credentials",
+        {
+            "CREDENTIALS_HOST": "127.0.0.1",
+            "CREDENTIALS_PORT": str(port),
+            "CREDENTIALS_POLICY_FILE": str(policy_path),
+            "LOG_LEVEL": cfg.log_level,
+        },
+        tmp / "credentials.log",
+        f"http://127.0.0.1:{port}/health",
+    )
+    stack.callback(registry.stop)
+    registry.start()
+    echo = tool(
+        "echo",
+        params={"text": "string"},
+        annotations={"readOnlyHint": True},
+        description="Echoes the text it is given.",
+    )
+    server = McpTestServer({"name": "bench-mcp", "tools": [echo]}, tmp / "mcp")
+    stack.callback(server.stop)
+    server.start()
+    from cryptography.fernet import Fernet
+
+    descriptor = yaml.safe_load((ROOT / "graph/src/vagent_graph/agents/vagent.yaml").read_text())
+    descriptor["mcp_servers"] = [
+        {
+            "name": MCP_SERVER,
+            "url": "${BENCH_MCP_URL}",
+            "transport": "streamable_http",
+            "credential": "user",
+            "confirm": "auto",
+            "timeout_seconds": 30,
+        }
+    ]
+    agent = tmp / "agent.yaml"
+    agent.write_text(yaml.safe_dump(descriptor, sort_keys=False), encoding="utf-8")
+    env = {
+        "AGENT_DESCRIPTOR": str(agent),
+        "BENCH_MCP_URL": server.url,
+        "CREDENTIAL_REGISTRY_URL": f"http://127.0.0.1:{port}",
+        "CREDENTIAL_CACHE_KEY": Fernet.generate_key().decode(),
+    }
+    return McpBench(server, registry, keys), env
+
+
+def check_mcp_listed(service: GraphProcess) -> dict[str, Any]:
+    """The graph's /health must show the MCP server up with its one tool."""
+    health = httpx.get(f"{service.url}/health", timeout=10).json()
+    status = (health.get("mcp_servers") or {}).get(MCP_SERVER)
+    if not status or not status.get("up") or status.get("tools") != 1:
+        raise BenchError(f"the graph did not list the MCP server's tool: {status}")
+    return dict(status)
+
+
+def _user_order(user: str | None) -> tuple[bool, int, str]:
+    return user is None, len(user or ""), user or ""
+
+
+def credential_groups(calls: Sequence[dict[str, Any]], fingerprints: dict[str, str]) -> dict[str, Any]:
+    """The MCP server's calls grouped by the fingerprint of the X-API-Key they carried, each
+    group with the users whose turns made them (USER_TAG in the echoed text). `ok` only if
+    every group is one user's calls under that user's own key (so each user's calls carried
+    that user's key only) and no call carried an Authorization header as well."""
+    owner = {fp: user for user, fp in fingerprints.items()}
+    by_fp: dict[str, Counter[str]] = {}
+    mismatches: list[str] = []
+    for c in calls:
+        fps = c.get("fingerprints") or {}
+        fp = fps.get("x-api-key") or "(no X-API-Key)"
+        m = USER_TAG.search(str((c.get("arguments") or {}).get("text", "")))
+        user = m.group(1) if m else "(no user named)"
+        by_fp.setdefault(fp, Counter())[user] += 1
+        if fps.get("authorization"):
+            mismatches.append(f"MISMATCH: a call of {user} also carried an Authorization header")
+    groups: list[dict[str, Any]] = []
+    for fp, users in by_fp.items():
+        key_of = owner.get(fp)
+        match = key_of is not None and set(users) == {key_of}
+        groups.append(
+            {
+                "fingerprint": fp,
+                "key_of": key_of,
+                "users": dict(users),
+                "calls": sum(users.values()),
+                "match": match,
+            }
+        )
+        if not match:
+            whose = f"the key of {key_of}" if key_of else "nobody's key"
+            made = ", ".join(f"{u} ({k})" for u, k in sorted(users.items()))
+            mismatches.append(f"MISMATCH: key {fp[:16]} ({whose}) carried calls of {made}")
+    groups.sort(key=lambda g: _user_order(g["key_of"]))
+    return {
+        "calls": len(calls),
+        "users": len({u for g in groups for u in g["users"]}),
+        "fingerprints": len(groups),
+        "groups": groups,
+        "mismatches": mismatches,
+        "ok": not mismatches,
+    }
+
+
+def print_mcp_comparison(cfg: Config, variants: list[Variant]) -> dict[str, Any]:
+    """Per step, builtin vs mcp: added first-token p50/p99 of the tool turns, CPU per turn,
+    MCP/built-in; and the verdict on the target at MCP_TARGET_STEP conversations."""
+    builtin, mcpv = variants
+    by_b = {r["conversations"]: r for r in builtin.rows}
+    print("\n2) MCP tool turn vs built-in tool turn (the same graph process, alternating step by step)")
+    print(
+        f"   {'conv':>6} | {'builtin':>7} {'add p50':>8} {'add p99':>8} {'cpu ms':>7} | "
+        f"{'mcp':>7} {'add p50':>8} {'add p99':>8} {'cpu ms':>7} | {'p99 +ms':>8} {'cpu mcp/b':>9} "
+        f"{'+cpu ms':>8}"
+    )
+    steps: list[dict[str, Any]] = []
+    for r in mcpv.rows:
+        b = by_b.get(r["conversations"])
+        if b is None:
+            continue
+        bt, mt = b["added_first_tool_ms"], r["added_first_tool_ms"]
+        step = {
+            "conversations": r["conversations"],
+            "builtin_added_p50_ms": bt["p50"],
+            "builtin_added_p99_ms": bt["p99"],
+            "builtin_cpu_ms_per_turn": b["cpu_ms_per_turn"],
+            "mcp_added_p50_ms": mt["p50"],
+            "mcp_added_p99_ms": mt["p99"],
+            "mcp_cpu_ms_per_turn": r["cpu_ms_per_turn"],
+            "p99_delta_ms": mt["p99"] - bt["p99"],
+            "cpu_ratio": r["cpu_ms_per_turn"] / b["cpu_ms_per_turn"],
+            "cpu_ms_extra_per_turn": r["cpu_ms_per_turn"] - b["cpu_ms_per_turn"],
+            "errors": b["errors"] + r["errors"],
+        }
+        steps.append(step)
+        print(
+            f"   {step['conversations']:>6} | {b['turns_completed']:>7} {bt['p50']:>8.1f} {bt['p99']:>8.1f} "
+            f"{b['cpu_ms_per_turn']:>7.1f} | {r['turns_completed']:>7} {mt['p50']:>8.1f} {mt['p99']:>8.1f} "
+            f"{r['cpu_ms_per_turn']:>7.1f} | {step['p99_delta_ms']:>+8.1f} {step['cpu_ratio']:>8.2f}x "
+            f"{step['cpu_ms_extra_per_turn']:>+8.1f}"
+        )
+    print("   (add p50/p99: ms added to the tool turns' first token; cpu ms: graph CPU per measured turn)")
+    if cfg.tool_share < 1:
+        print(
+            f"   note: --tool-share {cfg.tool_share}: only that share of the turns call a tool, so CPU "
+            "per turn understates the difference per tool turn"
+        )
+    target = (
+        f"target: at {MCP_TARGET_STEP} concurrent conversations an MCP tool turn costs at most "
+        f"{MCP_CPU_RATIO_TARGET:.1f}x the CPU of the built-in tool turn and adds at most "
+        f"{MCP_P99_DELTA_TARGET_MS:.0f} ms to its first-token p99"
+    )
+    print(f"   {target}")
+    ratios = [x["cpu_ratio"] for x in steps]
+    median_ratio = statistics.median(ratios) if ratios else math.nan
+    at = next((x for x in steps if x["conversations"] == MCP_TARGET_STEP), None)
+    result: dict[str, Any] = {
+        "steps": steps,
+        "cpu_ratio_median": median_ratio,
+        "target": target,
+        "target_step": MCP_TARGET_STEP,
+        "cpu_ratio_target": MCP_CPU_RATIO_TARGET,
+        "p99_delta_target_ms": MCP_P99_DELTA_TARGET_MS,
+        "pass": None,
+    }
+    if at is None:
+        print(
+            f"   verdict: not measured (no step of {MCP_TARGET_STEP} conversations in both variants); "
+            f"MCP/built-in CPU per turn, median over the steps: {median_ratio:.2f}x (information)"
+        )
+        return result
+    cpu_ok = bool(at["cpu_ratio"] <= MCP_CPU_RATIO_TARGET)
+    p99_ok = bool(at["p99_delta_ms"] <= MCP_P99_DELTA_TARGET_MS)
+    result.update(cpu_pass=cpu_ok, p99_pass=p99_ok, at_target=at)
+    result["pass"] = cpu_ok and p99_ok
+    print(
+        f"   at {MCP_TARGET_STEP}: CPU per tool turn MCP/built-in {at['cpu_ratio']:.2f}x "
+        f"({'PASS' if cpu_ok else 'MISS'}), first-token p99 {at['p99_delta_ms']:+.1f} ms "
+        f"({'PASS' if p99_ok else 'MISS'}) -> {'PASS' if result['pass'] else 'MISS'}; "
+        f"CPU ratio median over the steps {median_ratio:.2f}x"
+    )
+    return result
+
+
+def print_credential_groups(cfg: Config, mcp: McpBench, shown: int = 12) -> dict[str, Any]:
+    """Every call of the run on the MCP server, grouped by the key it carried."""
+    check = credential_groups(mcp.calls, mcp.fingerprints)
+    print(
+        "\n3) The MCP server's calls, grouped by the key they carried (SHA-256 of X-API-Key), "
+        "whole run (warm-up and every step)"
+    )
+    print(f"   {'key sha256':<18} {'key of':<18} {'calls':>6}  turns of")
+    groups = check["groups"]
+    listed = [g for g in groups if not g["match"]] + [g for g in groups if g["match"]][:shown]
+    for g in listed:
+        made = ", ".join(f"{u} ({k})" for u, k in sorted(g["users"].items(), key=lambda x: _user_order(x[0])))
+        flag = "" if g["match"] else "   MISMATCH"
+        print(f"   {g['fingerprint'][:16]:<18} {g['key_of'] or '-':<18} {g['calls']:>6}  {made}{flag}")
+    if len(groups) > len(listed):
+        print(f"   ... and {len(groups) - len(listed)} more keys, each carrying its own user's calls only")
+    verdict = "OK" if check["ok"] else "MISMATCH"
+    print(
+        f"   {check['calls']} calls of {check['users']} users on {check['fingerprints']} keys "
+        f"({len(mcp.keys)} users in the registry; {mcp.listings} tools/list requests): each user's calls "
+        f"carried that user's key only: {verdict}"
+    )
+    for line in check["mismatches"][:10]:
+        print(f"   {line}")
+    if not check["ok"]:
+        cfg.credential_mismatch = True
+    return check
+
+
 # ----------------------------------------------------------------------- the ramp
 
 
@@ -571,6 +904,23 @@ class Variant:
     code: str
     stopped: str = ""
     rows: list[dict[str, Any]] = field(default_factory=list)
+    #: --mcp: the tool turns' marker, the conversations' grants, history before measuring
+    marker: str = "[tool]"
+    grants: list[str] | None = None
+    split_history: bool = False
+
+    def job(self, n: int, tool_share: float, turns: int, turn_seconds: float, seed: int) -> StepJob:
+        return StepJob(
+            self.service.url,
+            n,
+            tool_share,
+            turns,
+            turn_seconds,
+            seed,
+            self.marker,
+            self.grants,
+            self.split_history,
+        )
 
     @property
     def pid(self) -> int:
@@ -592,7 +942,10 @@ class Config:
     placement: str
     log_level: str
     json_path: Path
+    mcp: bool = False
     graph_cpu: int = 0
+    #: --mcp: set when a call on the MCP server carried another key than its user's
+    credential_mismatch: bool = False
 
     @property
     def text_model_s(self) -> float:
@@ -620,14 +973,28 @@ def cpu_busy(cpu: int) -> float:
 
 
 def measure_step(
-    cfg: Config, v: Variant, n: int, client: ClientProcess, llm_url: str, seed: int
+    cfg: Config,
+    v: Variant,
+    n: int,
+    client: ClientProcess,
+    llm_url: str,
+    seed: int,
+    mcp: McpBench | None = None,
 ) -> dict[str, Any]:
-    """One step of one variant; the row printed and stored."""
+    """One step of one variant; the row printed and stored. With `v.split_history` the
+    readings start once every history turn is done, so they cover the measured turns only."""
+    job = v.job(n, cfg.tool_share, cfg.turns, cfg.turn_s, seed)
+    timeout = (cfg.turns + HISTORY_TURNS + 1) * (TURN_TIMEOUT_S + 5) + 60
+    if mcp is not None:
+        mcp.take_calls()  # anything before this step is not its
+    if job.split_history:
+        client.conn.send(job)
+        client.recv(timeout)  # ("history", ...): every history turn is done
     standin_stats(llm_url, reset=True)
     gcpu = cfg.graph_cpu
     cpu0, ccpu0, busy0, t0 = cpu_seconds(v.pid), cpu_seconds(client.pid), cpu_busy(gcpu), time.perf_counter()
-    client.conn.send(StepJob(v.service.url, n, cfg.tool_share, cfg.turns, cfg.turn_s, seed))
-    out: StepOutcome = client.recv((cfg.turns + HISTORY_TURNS + 1) * (TURN_TIMEOUT_S + 5) + 60)
+    client.conn.send("go" if job.split_history else job)
+    out: StepOutcome = client.recv(timeout)
     cpu = cpu_seconds(v.pid) - cpu0
     wall = time.perf_counter() - t0
     others = cpu_busy(gcpu) - busy0 - cpu  # other processes on the graph's CPU (split placement)
@@ -637,10 +1004,19 @@ def measure_step(
     added_tool = [(t.first - cfg.tool_model_s) * 1000 for t in ok if t.tool]
     errors = [t.error for t in out.turns if t.error] + out.history_errors
     completed = sum(1 for t in out.turns if not t.error)
-    # the model's chunks the graph relayed in the step: every turn's text, plus the tool calls
-    all_turns = out.history_turns + len(out.turns)
+    # the model's chunks the graph relayed while measured: every turn's text, plus the tool calls
+    all_turns = len(out.turns) + (0 if job.split_history else out.history_turns)
     model_chunks = all_turns * cfg.chunks + sum(1 for t in out.turns if t.tool) * (1 + TOOL_ARG_PIECES)
     window = out.window_end - out.window_start
+    extra: dict[str, Any] = {}
+    if mcp is not None:
+        tool_convs = sum(1 for i in range(n) if int((i + 1) * cfg.tool_share) > int(i * cfg.tool_share))
+        made = tool_convs + sum(1 for t in out.turns if t.tool)  # one history tool turn each
+        calls, listings = mcp.take_calls()
+        check = credential_groups(calls, mcp.fingerprints)
+        check["expected_calls"] = made if v.marker == "[mcp]" else 0
+        check["listings"] = listings
+        extra["mcp_calls"] = check
     return {
         "variant": v.name,
         "conversations": n,
@@ -670,6 +1046,7 @@ def measure_step(
         "client_loop_lag_ms": out.loop_lag_ms,
         "standin": sstats,
         "loadavg": list(os.getloadavg()),
+        **extra,
     }
 
 
@@ -688,6 +1065,17 @@ def print_row(r: dict[str, Any]) -> None:
     )
     if r["error_samples"]:
         print(f"      errors: {r['error_samples']}")
+    m = r.get("mcp_calls")
+    if m is not None and (m["calls"] or m["expected_calls"] or m["mismatches"]):
+        verdict = "OK" if m["ok"] else "MISMATCH"
+        print(
+            f"      mcp server: {m['calls']} calls (expected {m['expected_calls']}) of {m['users']} users "
+            f"on {m['fingerprints']} keys, {m['listings']} tools/list; each user's calls carried "
+            f"that user's key only: {verdict}",
+            flush=True,
+        )
+        for line in m["mismatches"][:5]:
+            print(f"      {line}")
 
 
 TABLE_HEAD = (
@@ -715,16 +1103,28 @@ def sustains(r: dict[str, Any]) -> bool:
     return bool(r["errors"] == 0 and r["turns_completed"] > 0 and r["added_first_ms"]["p99"] <= P99_TARGET_MS)
 
 
-def ramp(cfg: Config, variants: list[Variant], client: ClientProcess, llm_url: str) -> None:
+def ramp(
+    cfg: Config, variants: list[Variant], client: ClientProcess, llm_url: str, mcp: McpBench | None = None
+) -> None:
     print("\n1) Ramp: concurrent conversations, milliseconds added to the model's own first token")
     print(
         f"   model: first token {cfg.ttft_ms:.0f} ms, then {cfg.chunks} chunks {cfg.chunk_ms:.0f} ms apart "
         f"({cfg.turn_s:.2f} s a turn); {100 * cfg.tool_share:.0f}% of conversations call a tool each turn; "
         f"each conversation {HISTORY_TURNS} quick history turns, then {cfg.turns} measured turns"
     )
+    if mcp is not None:
+        print(
+            f"   --mcp: tool turns call database_query (builtin) or {MCP_SERVER}__echo over MCP with "
+            "the user's own key (mcp); the history turns, the first running the tool at once, "
+            "run before the readings: CPU and chunks are the measured turns'"
+        )
     warm = min(10, cfg.steps[0])
     for v in variants:  # unmeasured: imports, caches, pooled connections of a fresh process
-        client.conn.send(StepJob(v.service.url, warm, cfg.tool_share, 1, 0.2, seed=1))
+        job = v.job(warm, cfg.tool_share, 1, 0.2, seed=1)
+        client.conn.send(job)
+        if job.split_history:
+            client.recv(TURN_TIMEOUT_S * 4 + 60)
+            client.conn.send("go")
         client.recv(TURN_TIMEOUT_S * 4 + 60)
     print(TABLE_HEAD, flush=True)
     order = list(variants)
@@ -732,9 +1132,11 @@ def ramp(cfg: Config, variants: list[Variant], client: ClientProcess, llm_url: s
         for v in order:
             if v.stopped:
                 continue
-            row = measure_step(cfg, v, n, client, llm_url, seed=1000 + i)
+            row = measure_step(cfg, v, n, client, llm_url, seed=1000 + i, mcp=mcp)
             v.rows.append(row)
             print_row(row)
+            if not row.get("mcp_calls", {"ok": True})["ok"]:
+                cfg.credential_mismatch = True
             if row["errors"]:
                 print_error_logs(v.service)
             p99 = row["added_first_ms"]["p99"]
@@ -1005,6 +1407,12 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
     p.add_argument("--quick", action="store_true", help="tiny numbers for a smoke test: " + str(QUICK))
     p.add_argument(
+        "--mcp",
+        action="store_true",
+        help="tool turns over MCP with each user's own key vs the built-in tool, on one graph, "
+        f"alternating (instead of a baseline); changes the defaults: {MCP_DEFAULTS}, --quick: {MCP_QUICK}",
+    )
+    p.add_argument(
         "--placement",
         choices=["split", "kernel"],
         default="split",
@@ -1014,6 +1422,10 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     p.add_argument("--json", type=Path, help="results file (default bench/results/capacity-<timestamp>.json)")
     a = p.parse_args(argv)
     base = QUICK if a.quick else DEFAULTS
+    if a.mcp:
+        base = {**base, **(MCP_QUICK if a.quick else MCP_DEFAULTS)}
+        if a.baseline_ref:
+            p.error("--mcp compares two kinds of tool turn on one graph; it takes no --baseline-ref")
     val = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
     try:
         steps = [int(s) for s in str(val["steps"]).split(",") if s.strip()]
@@ -1038,6 +1450,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         placement=a.placement,
         log_level=a.log_level,
         json_path=a.json or default_results_path("capacity"),
+        mcp=a.mcp,
     )
 
 
@@ -1052,8 +1465,19 @@ def run(cfg: Config) -> dict[str, Any]:
         redis = start_redis(stack, tmp / "redis")
         llm_url, _ = stack.enter_context(paced_standin(cfg.ttft_ms, cfg.chunk_ms, cfg.chunks))
         extra = {"LOG_LEVEL": cfg.log_level}
-        current = GraphProcess(redis.url, tmp / "graph-current", llm_url, **extra)
-        variants = [Variant("current", current, "working tree " + git_state())]
+        mcp: McpBench | None = None
+        mcp_env: dict[str, str] = {}
+        if cfg.mcp:
+            mcp, mcp_env = start_mcp(stack, tmp, cfg)
+        current = GraphProcess(redis.url, tmp / "graph-current", llm_url, **extra, **mcp_env)
+        code = "working tree " + git_state()
+        if mcp is not None:
+            variants = [
+                Variant("builtin", current, code, grants=MCP_GRANTS, split_history=True),
+                Variant("mcp", current, code, marker="[mcp]", grants=MCP_GRANTS, split_history=True),
+            ]
+        else:
+            variants = [Variant("current", current, code)]
         conf: dict[str, Any] = {
             "steps": cfg.steps,
             "ttft_ms": cfg.ttft_ms,
@@ -1067,6 +1491,7 @@ def run(cfg: Config) -> dict[str, Any]:
             "service_log_level": cfg.log_level,
             "p99_target_ms": P99_TARGET_MS,
             "stop_factor": STOP_FACTOR,
+            "mcp": cfg.mcp,
         }
         conf["current_imports"] = imported_from(current.env)
         conf["current_commit"] = git_state()
@@ -1083,9 +1508,18 @@ def run(cfg: Config) -> dict[str, Any]:
                 where,
             )
             variants.append(Variant("baseline", baseline, sha[:10]))
-        for v in variants:
-            stack.callback(v.service.stop)
-            v.service.start()
+        for service in {id(v.service): v.service for v in variants}.values():
+            stack.callback(service.stop)
+            service.start()
+        if mcp is not None:
+            conf["mcp_server"] = {
+                "name": MCP_SERVER,
+                "tool": f"{MCP_SERVER}__echo",
+                "transport": "streamable_http",
+                "credential": "user",
+                "users_with_keys": len(mcp.keys),
+                "graph_health": check_mcp_listed(current),
+            }
         park_redis = park_service = control_service = None
         if cfg.park:
             park_redis = start_redis(stack, tmp / "redis-park")  # dedicated: only parked sessions
@@ -1102,12 +1536,22 @@ def run(cfg: Config) -> dict[str, Any]:
         cfg.graph_cpu = min(os.sched_getaffinity(graph_pids[0])) if hasattr(os, "sched_getaffinity") else 0
         print(f"   steps   : {cfg.steps}; parking {cfg.park:,}; placement: {conf['placement']}")
         for v in variants:
-            imp = conf[f"{v.name}_imports"].splitlines()[0]
+            imp = conf.get(f"{v.name}_imports", conf["current_imports"]).splitlines()[0]
             print(f"   {v.name:<8}: {v.code}, vagent_graph from {imp}")
+        if mcp is not None:
+            print(
+                f"   mcp     : {mcp.server.url} (tests/support/mcp_server.py, echo), keys of {len(mcp.keys)} "
+                f"users from vagent-credentials {mcp.registry.health_url.removesuffix('/health')}"
+            )
         try:
-            ramp(cfg, variants, client, llm_url)
+            ramp(cfg, variants, client, llm_url, mcp)
             caps = capacity_summary(cfg, variants)
-            comparison = print_comparison(variants, caps) if len(variants) == 2 else None
+            comparison = print_comparison(variants, caps) if cfg.baseline_ref else None
+            mcp_result = None
+            if mcp is not None:
+                mcp.take_calls()
+                mcp_result = print_mcp_comparison(cfg, variants)
+                mcp_result["credentials"] = print_credential_groups(cfg, mcp)
             parked = control = None
             if park_service and park_redis and control_service:
                 parked = park(cfg, park_service, park_redis.url, client)
@@ -1128,12 +1572,17 @@ def run(cfg: Config) -> dict[str, Any]:
         comparison=comparison,
         parking=parked,
         rss_control=control,
+        **({"mcp": mcp_result} if cfg.mcp else {}),
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
-    return run_main(lambda: run(cfg), cfg.json_path)
+    code = run_main(lambda: run(cfg), cfg.json_path)
+    if code == 0 and cfg.credential_mismatch:
+        print("\nMISMATCH: an MCP call carried another key than its user's own (see above)", file=sys.stderr)
+        return 1
+    return code
 
 
 if __name__ == "__main__":

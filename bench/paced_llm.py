@@ -154,13 +154,11 @@ class Pacer:
 
         paced = True
         if not after_tool and ("[tool]" in text or "[mcp]" in text or "[park]" in text):
-            name, args = (
-                ("database_query", {"sql": TOOL_SQL})
-                if "[tool]" in text
-                else (self.mcp_tool, {"text": text})
-                if "[mcp]" in text
-                else ("delete_records", {"older_than": PARK_DATE})
-            )
+            name, args = ("delete_records", {"older_than": PARK_DATE})
+            if "[tool]" in text:
+                name, args = "database_query", {"sql": TOOL_SQL}
+            elif "[mcp]" in text:
+                name, args = self.mcp_tool, {"text": text}
             paced = ("[tool]" in text or "[mcp]" in text) and "[quick]" not in text
             arg = json.dumps(args)
             step = -(-len(arg) // TOOL_ARG_PIECES)

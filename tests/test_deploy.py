@@ -821,10 +821,10 @@ def _secret_value(docs: list[dict[str, Any]], key: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(DEV_SERVICES))
 def test_dev_stand_ins_serve_the_dev_files(name: str) -> None:
-    """Each dev stand-in (ACP, Credential Registry, ticket service) is a Deployment + Service
-    that listens on the pod's address (so the Service and probes reach it) and serves its
-    deploy/dev file from a ConfigMap."""
-    _, host_env, file_env, dev_file, _ = DEV_SERVICES[name]
+    """Each dev stand-in (ACP, Credential Registry, ticket service, calendar MCP server) is a
+    Deployment + Service that listens on the pod's address (so the Service and probes reach
+    it) and serves its deploy/dev file from a ConfigMap."""
+    _, host_env, file_env, dev_file, _, _ = DEV_SERVICES[name]
     docs = rendered("dev")
     workload = _workloads(docs)[name]
     assert workload["kind"] == "Deployment"
@@ -847,18 +847,23 @@ def test_dev_stand_ins_serve_the_dev_files(name: str) -> None:
     )
 
 
-def test_dev_graph_uses_the_dev_registry_and_ticket_service() -> None:
+def test_dev_graph_uses_the_dev_registry_ticket_service_and_calendar() -> None:
     docs = rendered("dev")
     workloads = _workloads(docs)
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
-    for name, (_, _, _, _, url_env) in DEV_SERVICES.items():
+    graph_env = _env_by_name(workloads["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
+    for name, (_, _, _, _, url_env, url_path) in DEV_SERVICES.items():
         if url_env is None:
             continue
         assert workloads[name]["spec"]["template"]["spec"]["containers"][0]["image"] == "vagent-dev:dev", (
             f"{name} ships in the stand-ins' image"
         )
         port = services[name]["spec"]["ports"][0]["port"]
-        assert _config_value(docs, "vagent-config", url_env) == f"http://{name}:{port}", url_env
+        assert _config_value(docs, "vagent-config", url_env) == f"http://{name}:{port}{url_path}", url_env
+        # ... and the graph reads that very key
+        ref = graph_env[url_env]["valueFrom"]["configMapKeyRef"]
+        assert re.sub(r"-[a-z0-9]{10}$", "", ref["name"]) == "vagent-config", ref
+        assert ref["key"] == url_env, ref
     # The registry asks for the token the graph sends: both read the one Secret key.
     registry = _env_by_name(workloads["vagent-credentials"]["spec"]["template"]["spec"]["containers"][0])
     graph = _env_by_name(workloads["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
@@ -870,25 +875,77 @@ def test_dev_graph_uses_the_dev_registry_and_ticket_service() -> None:
     key = _secret_value(docs, "CREDENTIAL_CACHE_KEY")
     assert "dev" in key and len(base64.urlsafe_b64decode(key)) == 32, "not a Fernet key"
     assert base64.urlsafe_b64encode(base64.urlsafe_b64decode(key)).decode() == key
-    # The tickets database is on a writable volume, not the image.
-    tickets = workloads["vagent-tickets"]["spec"]["template"]["spec"]
-    (container,) = tickets["containers"]
-    db = {e["name"]: e.get("value") for e in container["env"]}["TICKETS_DB_PATH"]
-    (mount,) = [m for m in container["volumeMounts"] if db.startswith(m["mountPath"] + "/")]
-    assert not mount.get("readOnly")
-    (volume,) = [v for v in tickets["volumes"] if v["name"] == mount["name"]]
-    assert "emptyDir" in volume or "persistentVolumeClaim" in volume
+    # The tickets and calendar databases are on a writable volume, not the image.
+    for name, db_env in DEV_DATABASES.items():
+        pod = workloads[name]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        db = {e["name"]: e.get("value") for e in container["env"]}[db_env]
+        (mount,) = [m for m in container["volumeMounts"] if db.startswith(m["mountPath"] + "/")]
+        assert not mount.get("readOnly"), name
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert "emptyDir" in volume or "persistentVolumeClaim" in volume, name
+
+
+def _descriptor_vars() -> set[str]:
+    """The ${VAR}s of the demo agent descriptor (expanded from the graph's environment)."""
+    return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", DEV_AGENT.read_text()))
+
+
+def test_descriptor_variables_are_allowed_for_the_graph() -> None:
+    """GRAPH_DESCRIPTOR_ENV is exactly what the demo agent reads from the environment: nothing
+    else slips past the settings-only rule for the graph."""
+    assert _descriptor_vars() == GRAPH_DESCRIPTOR_ENV
+    assert not GRAPH_DESCRIPTOR_ENV & GRAPH_ENV, "a graph setting needs no exception"
+
+
+def test_dev_graph_runs_the_demo_agent() -> None:
+    """The k8s dev graph loads deploy/dev/agent.yaml (from the ConfigMap mirror, at
+    AGENT_DESCRIPTOR) and is given every ${VAR} it names; prod keeps the packaged agent."""
+    docs = rendered("dev")
+    pod = _workloads(docs)["vagent-graph"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = _env_by_name(container)
+    ref = env["AGENT_DESCRIPTOR"]["valueFrom"]["configMapKeyRef"]
+    path = _config_value(docs, "vagent-config", ref["key"])
+    assert path == AGENT_MOUNT, path
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount.get("readOnly") is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (cm,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    assert _config_map_bytes(cm, Path(path).name) == DEV_AGENT.read_bytes(), (
+        "k8s/overlays/dev/agent.yaml must mirror deploy/dev/agent.yaml"
+    )
+    for var in _descriptor_vars():
+        ref = env[var]["valueFrom"]["configMapKeyRef"]
+        assert not ref.get("optional"), f"{var}: the demo agent cannot start without it"
+        assert _config_value(docs, "vagent-config", ref["key"]), var
+    assert _config_value(docs, "vagent-config", "CALENDAR_MCP_URL") == "http://vagent-calendar:8093/mcp"
+    prod_docs = rendered("prod")
+    prod = _env_by_name(_workloads(prod_docs)["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
+    assert not GRAPH_DESCRIPTOR_ENV & set(prod), "prod runs no demo agent"
+    assert _config_value(prod_docs, "vagent-config", "AGENT_DESCRIPTOR") is None
+
+
+@pytest.mark.parametrize("name", DEV_MIRRORS)
+def test_dev_overlay_mirrors_are_byte_equal(name: str) -> None:
+    """kustomize reads only below the overlay: k8s/overlays/dev/<file> is a copy of deploy/dev/<file>."""
+    assert (OVERLAYS["dev"] / name).read_bytes() == (DEV_DIR / name).read_bytes(), (
+        f"k8s/overlays/dev/{name} must be a byte-identical copy of deploy/dev/{name}"
+    )
 
 
 def test_prod_has_no_dev_stand_ins() -> None:
     docs = rendered("prod")
     names = {d["metadata"]["name"] for d in docs} | {_base_name(d) for d in docs}
-    for name in DEV_SERVICES:
+    for name in [*DEV_SERVICES, "vagent-agent"]:
         assert not {n for n in names if n.startswith(name)}, f"{name} must not reach prod"
     config = [d for d in docs if d["kind"] == "ConfigMap" and _base_name(d) == "vagent-config"]
     for cm in config:
         data = cm.get("data", {})
         assert "TICKETS_URL" not in data, "the demo ticket service is dev only"
+        assert "CALENDAR_MCP_URL" not in data, "the demo calendar MCP server is dev only"
         assert "vagent-credentials" not in str(data.get("CREDENTIAL_REGISTRY_URL", "")), (
             "prod must use the organisation's Credential Registry"
         )
@@ -896,7 +953,8 @@ def test_prod_has_no_dev_stand_ins() -> None:
 
 def test_no_secret_but_clearly_dev_values_in_the_repository() -> None:
     """Secrets in the deployment files are fake dev values: the dev Secret (checked above),
-    the dev registry's credentials and the ticket service's keys; compose has none."""
+    the dev registry's credentials and the ticket service's and calendar's keys; compose has
+    none."""
     policy = yaml.safe_load((DEV_DIR / "credentials.yaml").read_text())
     held = [
         secret
@@ -905,6 +963,7 @@ def test_no_secret_but_clearly_dev_values_in_the_repository() -> None:
         for secret in (resource.get("users") or {}).values()
     ]
     keys = list(yaml.safe_load((DEV_DIR / "tickets.yaml").read_text())["keys"])
+    keys += list(yaml.safe_load((DEV_DIR / "calendar.yaml").read_text())["keys"])
     assert held and keys
     for secret in held + keys:
         assert "dev" in secret, "a credential in deploy/dev does not look like a fake dev value"
@@ -979,7 +1038,7 @@ def test_compose_services_and_profiles() -> None:
     services = _compose()["services"]
     for name in ("redis", "graph", "bot"):
         assert name in services and not services[name].get("profiles"), name
-    for name in ("acp", "synapse", "knowledge", "credentials", "tickets"):
+    for name in ("acp", "synapse", "knowledge", "credentials", "tickets", "calendar"):
         assert services[name]["profiles"] == ["dev"], name
     assert services["redis"]["image"] == "vagent-redis:local"
     assert (ROOT / services["redis"]["build"]["context"]).resolve() == REDIS_DOCKERFILE.parent
@@ -1013,12 +1072,13 @@ def test_compose_build_dockerfiles_exist() -> None:
 @pytest.mark.parametrize(
     ("service", "allowed"),
     [
-        ("graph", GRAPH_ENV),
+        ("graph", GRAPH_PROCESS_ENV),
         ("bot", BOT_ENV),
         ("acp", ACP_ENV),
         ("knowledge", GRAPH_ENV),
         ("credentials", CREDENTIALS_ENV),
         ("tickets", TICKETS_ENV),
+        ("calendar", CALENDAR_ENV),
     ],
 )
 def test_compose_env_names(service: str, allowed: set[str]) -> None:
@@ -1085,9 +1145,10 @@ def test_compose_wires_every_new_setting() -> None:
 
 @pytest.mark.parametrize("workload", sorted(DEV_SERVICES))
 def test_compose_dev_stand_ins(workload: str) -> None:
-    """acp, credentials and tickets: dev profile only, reachable from the other containers,
-    healthy when their own port answers, serving the deploy/dev file mounted read-only."""
-    name, host_env, file_env, dev_file, url_env = DEV_SERVICES[workload]
+    """acp, credentials, tickets and calendar: dev profile only, reachable from the other
+    containers, healthy when their own port answers, serving the deploy/dev file mounted
+    read-only."""
+    name, host_env, file_env, dev_file, url_env, url_path = DEV_SERVICES[workload]
     compose = _compose()
     services = compose["services"]
     service = services[name]
@@ -1109,17 +1170,32 @@ def test_compose_dev_stand_ins(workload: str) -> None:
         assert service["image"] == "vagent-dev:local", f"{command} ships in the stand-ins' image"
         build = service["build"]
         assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DEV_DOCKERFILE
-        # published on the host's loopback only (it hands out credentials / tickets)
+        # published on the host's loopback only (it hands out credentials / tickets / events)
         assert [str(p) for p in service["ports"]] == [f"127.0.0.1:{port}:{port}"]
         # the graph's default points at it; an empty value (`-`, not `:-`) turns it off
         value = str(_compose_env(services["graph"])[url_env])
-        assert value == f"${{{url_env}-http://{name}:{port}}}", value
-    if workload == "vagent-tickets":
-        db = env["TICKETS_DB_PATH"]
+        assert value == f"${{{url_env}-http://{name}:{port}{url_path}}}", value
+    if workload in DEV_DATABASES:
+        db = env[DEV_DATABASES[workload]]
         volume = next(
             str(v).split(":")[0] for v in service["volumes"] if db.startswith(str(v).split(":")[1] + "/")
         )
-        assert volume in compose["volumes"], "the tickets database must be on a named volume"
+        assert volume in compose["volumes"], f"the {name} database must be on a named volume"
+
+
+def test_compose_graph_runs_the_demo_agent() -> None:
+    """By default the compose graph loads deploy/dev/agent.yaml (mounted read-only at the
+    default of AGENT_DESCRIPTOR, which `AGENT_DESCRIPTOR=` empties: the packaged agent) and is
+    given every ${VAR} it names, the calendar's url pointing at the dev profile's calendar."""
+    graph = _compose()["services"]["graph"]
+    env = _compose_env(graph)
+    assert env["AGENT_DESCRIPTOR"] == f"${{AGENT_DESCRIPTOR-{AGENT_MOUNT}}}"
+    mounts = {str(v).split(":")[1]: str(v).split(":") for v in graph["volumes"]}
+    source, _, mode = mounts[AGENT_MOUNT]
+    assert (ROOT / source).resolve() == DEV_AGENT.resolve() and mode == "ro"
+    for var in _descriptor_vars():
+        assert var in env, f"the demo agent reads ${{{var}}}: the graph must be given it"
+    assert env["CALENDAR_MCP_URL"] == "${CALENDAR_MCP_URL-http://calendar:8093/mcp}"
 
 
 def test_compose_production_services_do_not_need_the_dev_profile() -> None:
@@ -1247,8 +1323,12 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert "8090:8090" in forwards["vagent-acp"] or "8090" in forwards["vagent-acp"]
     assert "8091:8091" in forwards["vagent-credentials"] or "8091" in forwards["vagent-credentials"]
     assert "8092:8092" in forwards["vagent-tickets"] or "8092" in forwards["vagent-tickets"]
+    assert "8093:8093" in forwards["vagent-calendar"] or "8093" in forwards["vagent-calendar"]
     # every dev stand-in is a Tilt resource of its own, labelled like the rest
     assert set(DEV_SERVICES) <= set(resources)
+    # the graph waits for the stand-ins it is pointed at
+    pointed = {name for name, spec in DEV_SERVICES.items() if spec[4] is not None}
+    assert pointed <= set(resources["vagent-graph"]["resource_deps"])
     assert {tuple(kw.get("labels", [])) for kw in resources.values()} == {("vagent",)}
     for kw in resources.values():
         assert set(kw.get("resource_deps", [])) <= workloads
@@ -1349,7 +1429,7 @@ def test_dockerfile(service: str) -> None:
     assert f"vagent-{service}" in (scripts or {}), f"{service}/pyproject.toml lacks vagent-{service}"
 
 
-STAND_INS = ("vagent-acp", "vagent-credentials", "vagent-tickets", "vagent-chat")
+STAND_INS = ("vagent-acp", "vagent-credentials", "vagent-tickets", "vagent-calendar", "vagent-chat")
 
 
 def test_product_images_hold_no_stand_in() -> None:
@@ -1376,7 +1456,7 @@ def test_dev_dockerfile() -> None:
     users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     exposed = {p for ln in lines if ln.startswith("EXPOSE ") for p in ln.split()[1:]}
-    assert {"8090", "8091", "8092"} <= exposed
+    assert {"8090", "8091", "8092", "8093"} <= exposed
     for ln in lines:
         if ln.startswith("COPY ") and "--from=" not in ln:
             for src in shlex.split(ln)[1:-1]:
@@ -1464,7 +1544,7 @@ def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
 def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     doc = (ROOT / "docs" / "deployment.md").read_text()
     used: set[str] = set()
-    for service in ("graph", "bot", "acp", "knowledge", "credentials", "tickets"):
+    for service in ("graph", "bot", "acp", "knowledge", "credentials", "tickets", "calendar"):
         used |= set(_compose_env(_compose()["services"][service]))
     for name in sorted(used | KNOWLEDGE_ENV | AUDIENCE_ENV | CREDENTIAL_ENV | AUDIT_ENV):
         assert f"`{name}`" in doc, f"docs/deployment.md does not mention {name}"
@@ -1476,8 +1556,11 @@ def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     for text in (
         "vagent-credentials",
         "vagent-tickets",
+        "vagent-calendar",
         "vagent audit",
         "genkey",
         "deploy/dev/credentials.yaml",
+        "deploy/dev/calendar.yaml",
+        "deploy/dev/agent.yaml",
     ):
         assert text in doc, text

@@ -1,5 +1,6 @@
 """The real `vagent-calendar` process over MCP streamable HTTP: each API key sees and creates
-only its owner's events, a request with an unknown key never reaches MCP (without one, only the tool list), the tools announce
+only its owner's events, a request with an unknown key never reaches MCP (without one: only
+the tool list), the tools announce
 their read-only / write hints, and the server neither logs nor keeps a raw key.
 
 Why a subprocess and the SDK's client: the graph's MCP client talks to exactly this process

@@ -1,6 +1,7 @@
 """`make run` starts the whole product on embedded defaults; `make chat` talks to it; the
 README's curl example works as written (only ports change: tests never bind 8000/8008); the
-ticket tools act with each demo user's own key and the audit trail records it."""
+ticket tools act with each demo user's own key and the audit trail records it; the demo agent
+uses the demo calendar MCP server with each user's own key."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
             "BOT_HEALTH_PORT",
             "CREDENTIALS_PORT",
             "TICKETS_PORT",
+            "CALENDAR_PORT",
         )
     }
     drop = {
@@ -76,6 +78,11 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
         "TICKETS_URL",
         "TICKETS_SEED_FILE",
         "TICKETS_DB_PATH",
+        # ... and at its demo calendar, through the demo agent
+        "AGENT_DESCRIPTOR",
+        "CALENDAR_MCP_URL",
+        "CALENDAR_SEED_FILE",
+        "CALENDAR_DB_PATH",
         "AUDIT_STREAM",
     }
     env = {k: v for k, v in os.environ.items() if k not in drop}
@@ -97,6 +104,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
         assert proc.poll() is None and time.monotonic() < deadline, out
         out += proc.stdout.readline()  # type: ignore[union-attr]
     assert "offline model" in out and "@alice:localhost / alice-password" in out
+    assert f"http://127.0.0.1:{ports['CALENDAR_PORT']}/mcp" in out and "deploy/dev/agent.yaml" in out
     yield ports
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     try:
@@ -320,3 +328,38 @@ def test_make_run_tickets_with_each_users_own_key_and_the_audit_trail(
     assert keys and all(k in policy for k in keys)
     dump = json.dumps(events)
     assert not [k for k in keys if k in dump], "a ticket key is in the audit trail"
+
+
+@pytest.mark.timeout(300)
+def test_make_run_calendar_mcp_server_with_each_users_own_key(
+    make_run: dict[str, int], tmp_path: Path
+) -> None:
+    """The demo agent's calendar MCP server runs in `make run`: alice books a meeting after
+    confirming it and then sees it on her calendar, bob (with his own key) does not see her
+    event, and carol is never offered the calendar."""
+    calendar = httpx.get(f"http://127.0.0.1:{make_run['CALENDAR_PORT']}/health")
+    assert calendar.status_code == 200, calendar.text
+    health = httpx.get(f"http://127.0.0.1:{make_run['HTTP_PORT']}/health").json()
+    assert health["mcp_servers"]["calendar"] == {"up": True, "tools": 3, "reason": None}, health
+
+    question = "what is on my calendar on 2026-12-01?"
+    book = "book a design review with @bob:localhost on 2026-12-01 at 10:00"
+    alice = chat(
+        make_run,
+        tmp_path,
+        "alice",
+        [
+            (question, r'"events": ?\[\]'),
+            (book, r"❓ (?s:.*)\(yes/no\)"),
+            ("yes", r'"id": ?"E-\d+"'),
+            (question, r"(?i)design review"),
+        ],
+    )
+    answer = alice.split("Ctrl-D quits")[1]
+    assert "2026-12-01T10:00" in answer, answer
+    bob = chat(make_run, tmp_path, "bob", [(question, r'"events": ?\[\]')])
+    assert "design review" not in bob.split("Ctrl-D quits")[1].lower()
+    carol = chat(
+        make_run, tmp_path, "carol", [(question, r"you don't have access to `calendar__list_events`")]
+    )
+    assert '"events"' not in carol.split("Ctrl-D quits")[1]

@@ -132,7 +132,9 @@ async def test_offered_only_with_the_grant_and_never_reached_without_it(
     assert not [n for n in llm_server.offered_tool_names(-2) if n.startswith("calendar__")]
     assert "Access denied" in tool_result(llm_server)
     assert await stack.calls() == []
-    events = [AuditEvent.from_stream(fields) for _, fields in Redis.from_url(redis_url).xrange(stack.stream)]
+    with Redis.from_url(redis_url) as r:
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = r.xrange(stack.stream)  # type: ignore[assignment]
+    events = [AuditEvent.from_stream(fields) for _, fields in entries]
     offered = [e for e in events if e.event_type == "tool_offered" and e.user_id == ALICE]
     assert offered and offered[0].metadata["mcp_servers"] == ["calendar"]
     (denied,) = [e for e in events if e.event_type == "access_denied" and e.user_id == CAROL]
