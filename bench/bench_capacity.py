@@ -661,6 +661,10 @@ class McpBench:
     def __post_init__(self) -> None:
         self.fingerprints = {user: fingerprint(key) for user, key in self.keys.items()}
 
+    def server_cpu(self) -> float:
+        """CPU seconds of the MCP server process so far."""
+        return cpu_seconds(self.server.proc.pid) if self.server.proc is not None else math.nan
+
     def take_calls(self) -> tuple[list[dict[str, Any]], int]:
         """The calls and the number of tools/list the server recorded since the last take
         (the run is between steps: nothing is in flight)."""
@@ -993,9 +997,11 @@ def measure_step(
     standin_stats(llm_url, reset=True)
     gcpu = cfg.graph_cpu
     cpu0, ccpu0, busy0, t0 = cpu_seconds(v.pid), cpu_seconds(client.pid), cpu_busy(gcpu), time.perf_counter()
+    mcp_cpu0 = mcp.server_cpu() if mcp is not None else 0.0
     client.conn.send("go" if job.split_history else job)
     out: StepOutcome = client.recv(timeout)
     cpu = cpu_seconds(v.pid) - cpu0
+    mcp_cpu = mcp.server_cpu() - mcp_cpu0 if mcp is not None else 0.0
     wall = time.perf_counter() - t0
     others = cpu_busy(gcpu) - busy0 - cpu  # other processes on the graph's CPU (split placement)
     sstats = standin_stats(llm_url, reset=True)
@@ -1016,6 +1022,10 @@ def measure_step(
         check = credential_groups(calls, mcp.fingerprints)
         check["expected_calls"] = made if v.marker == "[mcp]" else 0
         check["listings"] = listings
+        # the measured turns' calls only (the history's ran before the reading)
+        measured = sum(1 for t in out.turns if t.tool) if v.marker == "[mcp]" else 0
+        check["server_cpu_s"] = mcp_cpu
+        check["server_cpu_ms_per_call"] = mcp_cpu / measured * 1000 if measured else math.nan
         extra["mcp_calls"] = check
     return {
         "variant": v.name,
@@ -1070,7 +1080,8 @@ def print_row(r: dict[str, Any]) -> None:
         verdict = "OK" if m["ok"] else "MISMATCH"
         print(
             f"      mcp server: {m['calls']} calls (expected {m['expected_calls']}) of {m['users']} users "
-            f"on {m['fingerprints']} keys, {m['listings']} tools/list; each user's calls carried "
+            f"on {m['fingerprints']} keys, {m['listings']} tools/list, its CPU "
+            f"{m['server_cpu_ms_per_call']:.1f} ms per call; each user's calls carried "
             f"that user's key only: {verdict}",
             flush=True,
         )

@@ -6,6 +6,7 @@ checks that the numbers exist and are sane, never how fast anything was.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -120,3 +121,62 @@ def test_bench_rag_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
         assert _positive(flat["search"][mode]["redis"]["p50"])
         assert _positive(flat["search"][mode]["search_documents"]["p99"])
     assert _positive(results["ingest"]["chunks_per_second"]) and results["chunks"] >= 400
+
+
+def test_bench_capacity_mcp_quick_compares_the_tool_turns_and_checks_each_users_key(tmp_path: Path) -> None:
+    """`bench_capacity.py --quick --mcp`: the built-in and the MCP tool turn side by side, and
+    every call on the MCP server carried its own user's key (~25 s)."""
+    stdout, results = run_bench_quick("bench_capacity.py", tmp_path / "capacity-mcp.json", 120, "--mcp")
+
+    steps = (5, 10)
+    for n in steps:
+        for variant in ("builtin", "mcp"):
+            row = rf"{variant}\s+{n}\s+{2 * n}/{2 * n}\s+100%\s+0\s+-?\d+\.\d\s+-?\d+\.\d\s+\d+\.\d{{3}}"
+            assert re.search(row, stdout), f"missing ramp row {row!r}:\n{stdout}"
+        # the history's tool turn and the 2 measured ones of each conversation, each user's own key
+        calls = rf"mcp server: {3 * n} calls \(expected {3 * n}\) of {n} users on {n} keys, .*only: OK"
+        assert re.search(calls, stdout), stdout
+        compared = rf"^\s+{n} \|\s+{2 * n}\s+-?\d+\.\d\s+-?\d+\.\d\s+\d+\.\d \|\s+{2 * n}\s.*\d+\.\d\dx"
+        assert re.search(compared, stdout, re.M), stdout
+    assert "target: at 50 concurrent conversations an MCP tool turn costs at most 1.2x" in stdout
+    assert "verdict: not measured (no step of 50 conversations" in stdout  # --quick stops at 10
+    summary = r"\d+ calls of 10 users on 10 keys .*each user's calls carried that user's key only: OK"
+    assert re.search(summary, stdout), stdout
+    assert "MISMATCH" not in stdout
+
+    assert {"machine", "config", "steps", "capacity", "mcp"} <= results.keys()
+    assert results["config"]["mcp"] is True and results["config"]["mcp_server"]["graph_health"]["up"]
+    for r in results["steps"]:
+        assert r["errors"] == 0 and r["completion_rate"] == 1.0, r
+        assert r["cpu_ms_per_turn"] > 0 and r["mcp_calls"]["ok"], r
+        assert r["mcp_calls"]["calls"] == (3 * r["conversations"] if r["variant"] == "mcp" else 0), r
+    mcp = results["mcp"]
+    assert [s["conversations"] for s in mcp["steps"]] == list(steps)
+    assert all(s["cpu_ratio"] > 0 for s in mcp["steps"]) and mcp["pass"] is None
+    credentials = mcp["credentials"]
+    assert credentials["ok"] and credentials["users"] == credentials["fingerprints"] == 10, credentials
+    for group in credentials["groups"]:
+        assert group["match"] and list(group["users"]) == [group["key_of"]], group
+
+
+def test_bench_capacity_reports_a_call_that_carried_another_users_key() -> None:
+    """The --mcp check itself: a call whose key is not its user's is a MISMATCH."""
+    from bench.bench_capacity import credential_groups
+
+    keys = {"@cap0:localhost": "bench-key-0", "@cap1:localhost": "bench-key-1"}
+    fingerprints = {user: hashlib.sha256(key.encode()).hexdigest() for user, key in keys.items()}
+
+    def call(user: str, key: str | None, authorization: str | None = None) -> dict[str, Any]:
+        fp = {"x-api-key": key and hashlib.sha256(key.encode()).hexdigest(), "authorization": authorization}
+        return {"tool": "echo", "arguments": {"text": f"[mcp] hi [user {user}]"}, "fingerprints": fp}
+
+    good = [call("@cap0:localhost", "bench-key-0"), call("@cap1:localhost", "bench-key-1")] * 2
+    assert credential_groups(good, fingerprints)["ok"]
+    for bad in (
+        call("@cap0:localhost", "bench-key-1"),  # another user's key
+        call("@cap1:localhost", None),  # no key
+        call("@cap1:localhost", "bench-key-9"),  # nobody's key
+        call("@cap0:localhost", "bench-key-0", "ab" * 32),  # an Authorization header as well
+    ):
+        checked = credential_groups([*good, bad], fingerprints)
+        assert not checked["ok"] and checked["mismatches"][0].startswith("MISMATCH"), checked

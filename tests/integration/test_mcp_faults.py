@@ -6,6 +6,7 @@ call never hangs, and the registry keeps only what is safe to offer."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +143,31 @@ async def test_stdio_and_sse_transports(tmp_path: Path) -> None:
         finally:
             await servers.aclose()
     assert [c["tool"] for c in stdio.calls()] == ["echo"]
+
+
+async def test_a_changed_tool_list_is_picked_up_at_once(tmp_path: Path) -> None:
+    """The server says `notifications/tools/list_changed`: the new tool is offered at once, not
+    after MCP_REFRESH_SECONDS (an hour here)."""
+    tools = [
+        tool("echo", params={"text": "string"}),
+        tool("grow", "grow", params={"text": "string"}, text="fresh"),
+    ]
+    with McpTestServer({"name": "growing", "tools": tools}, tmp_path) as server:
+        registry = ToolRegistry()
+        servers = McpServers([config(server.url)], registry, refresh_seconds=3600, result_max_chars=1000)
+        await servers.start()
+        try:
+            assert set(registry.names()) == {"x__echo", "x__grow"}
+            for _ in range(50):  # the listening session has listed the tools (so it is told)
+                if len(server.listings()) >= 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert await run(registry, "x__grow") == "added fresh"
+            for _ in range(100):
+                if "x__fresh" in registry:
+                    break
+                await asyncio.sleep(0.1)
+            assert "x__fresh" in registry
+            assert "from the new tool" in await run(registry, "x__fresh", text="from the new tool")
+        finally:
+            await servers.aclose()

@@ -49,6 +49,7 @@ tool or arguments. echo answers one text item, JSON {"tool", "arguments", "finge
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -79,7 +80,7 @@ from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 Transport = Literal["streamable_http", "sse", "stdio"]
-Behaviour = Literal["echo", "error", "hang", "big", "structured", "image", "drop", "elicit"]
+Behaviour = Literal["echo", "error", "hang", "big", "structured", "image", "drop", "elicit", "grow"]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,7 +248,12 @@ def build_server(config: ServerConfig, recorder: Recorder) -> Server[Any, Any]:
     definitions = [spec.definition() for spec in config.tools]
     headers = [h.lower() for h in config.fingerprint_headers]
 
+    sessions: list[Any] = []  # every session that listed the tools: told when the list grows
+
     async def list_tools(request: types.ListToolsRequest) -> types.ListToolsResult:
+        with contextlib.suppress(LookupError):
+            if server.request_context.session not in sessions:
+                sessions.append(server.request_context.session)
         # The SDK matches the annotation exactly to pass the request; it passes None when it
         # lists the tools itself before a call, which is not a client's listing.
         if cast(types.ListToolsRequest | None, request) is not None:
@@ -286,6 +292,14 @@ def build_server(config: ServerConfig, recorder: Recorder) -> Server[Any, Any]:
             case "drop":
                 sys.stdout.flush()
                 os._exit(spec.exit_code)
+            case "grow":  # adds an echo tool named `text`, and tells every session the list changed
+                grown = ToolSpec(name=spec.text or f"grown_{len(definitions)}", params={"text": "string"})
+                specs[grown.name] = grown
+                definitions.append(grown.definition())
+                for listener in list(sessions):
+                    with contextlib.suppress(Exception):
+                        await listener.send_tool_list_changed()
+                return [types.TextContent(type="text", text=f"added {grown.name}")]
             case "elicit":  # asks the user for input mid-call; answers with what it got
                 answer = await server.request_context.session.elicit(
                     spec.message, {"type": "object", "properties": {"room": {"type": "string"}}}

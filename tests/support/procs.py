@@ -103,14 +103,15 @@ class ServiceProcess:
         self.stop()
 
 
-def run_bench_quick(script: str, json_path: Path, timeout: float) -> tuple[str, dict[str, Any]]:
-    """Run `bench/<script> --quick --json <json_path>` as `make` would; its stdout and results.
+def run_bench_quick(script: str, json_path: Path, timeout: float, *args: str) -> tuple[str, dict[str, Any]]:
+    """Run `bench/<script> --quick --json <json_path> [args]` as `make` would; its stdout and
+    results.
 
     Why here: both benchmark smoke tests need the same run and the same exit-code check, with
     the output in the failure message because the benchmark starts many services.
     """
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / script), "--quick", "--json", str(json_path)],
+        [sys.executable, str(ROOT / "bench" / script), "--quick", "--json", str(json_path), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

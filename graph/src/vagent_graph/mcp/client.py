@@ -12,19 +12,26 @@ detail (which may quote a URL, a header or the server's internals) never reaches
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import httpx
 from mcp import ClientSession, StdioServerParameters
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
-from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
+from mcp.types import (
+    CallToolResult,
+    ElicitRequestParams,
+    ElicitResult,
+    ServerNotification,
+    ToolListChangedNotification,
+)
 from mcp.types import Tool as McpTool
 
 from vagent_graph.mcp.config import McpServerConfig
@@ -57,15 +64,22 @@ class Declined:
 
 @asynccontextmanager
 async def session(
-    server: McpServerConfig, auth: httpx.Auth | None, elicitation: Declined | None = None
+    server: McpServerConfig,
+    auth: httpx.Auth | None,
+    elicitation: Declined | None = None,
+    on_message: MessageHandlerFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """An initialised session with `server`, its HTTP requests signed by `auth`."""
+    """An initialised session with `server`, its HTTP requests signed by `auth`;
+    `on_message` sees what the server sends by itself (notifications)."""
     decline = elicitation or Declined()
+    extra: dict[str, Any] = {"elicitation_callback": decline}
+    if on_message is not None:
+        extra["message_handler"] = on_message
     if server.transport == "stdio":
         params = StdioServerParameters(command=server.command or "", args=list(server.args))
         async with (
             stdio_client(params) as (read, write),
-            ClientSession(read, write, elicitation_callback=decline) as s,
+            ClientSession(read, write, **extra) as s,
         ):
             await s.initialize()
             yield s
@@ -73,7 +87,7 @@ async def session(
     url = server.url or ""
     if server.transport == "sse":
         async with sse_client(url, auth=auth, timeout=server.timeout_seconds) as (read, write):
-            async with ClientSession(read, write, elicitation_callback=decline) as s:
+            async with ClientSession(read, write, **extra) as s:
                 await s.initialize()
                 yield s
         return
@@ -81,7 +95,7 @@ async def session(
     async with (
         httpx.AsyncClient(auth=auth, timeout=timeout, follow_redirects=False) as http,
         streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write, elicitation_callback=decline) as s,
+        ClientSession(read, write, **extra) as s,
     ):
         await s.initialize()
         yield s
@@ -129,5 +143,23 @@ async def call_tool(
         with anyio.fail_after(server.timeout_seconds):
             async with session(server, auth, declined) as s:
                 return await s.call_tool(name, arguments), declined.asked
+    except Exception as exc:
+        raise McpUnavailable(_reason(exc)) from None
+
+
+async def watch_tool_list(
+    server: McpServerConfig, auth: httpx.Auth | None, changed: Callable[[], None]
+) -> None:
+    """Hold a session open and call `changed` on each `notifications/tools/list_changed`;
+    returns when the session ends (the server went away, or never streams notifications)."""
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ServerNotification) and isinstance(message.root, ToolListChangedNotification):
+            changed()
+
+    try:
+        async with session(server, auth, on_message=on_message) as s:
+            await s.list_tools()  # some servers tell only the sessions that listed the tools
+            await anyio.sleep_forever()
     except Exception as exc:
         raise McpUnavailable(_reason(exc)) from None

@@ -4,7 +4,9 @@ At startup each server's tool list is read; a server that is down does not stop 
 its tools are absent, `vagent_graph_mcp_servers_up{server}` is 0, a warning says so, and it
 is asked again with backoff (1 s doubling, capped at MCP_REFRESH_SECONDS) until it answers;
 then its tools appear without a restart. Every server is read again each MCP_REFRESH_SECONDS
-(tools added, changed or removed follow). A tool whose name is taken (a built-in tool, or
+(tools added, changed or removed follow), and at once when the server says its list changed
+(`notifications/tools/list_changed`, on a session kept open for it where the transport
+delivers notifications). A tool whose name is taken (a built-in tool, or
 another server's) is refused with a warning; the first one stays.
 
 Lists are read without a user's credential: a server whose tools need one to be listed
@@ -117,21 +119,41 @@ class McpServers:
                 await task
 
     async def _keep_fresh(self, server: McpServerConfig, first: asyncio.Event) -> None:
-        answered = await self.refresh(server)
-        first.set()
-        delay = FIRST_RETRY_SECONDS
-        while True:
-            await asyncio.sleep(self.refresh_seconds if answered else delay)
+        changed = asyncio.Event()
+        watcher = asyncio.create_task(self._watch(server, changed))
+        try:
             answered = await self.refresh(server)
-            delay = FIRST_RETRY_SECONDS if answered else min(delay * 2, self.refresh_seconds)
+            first.set()
+            delay = FIRST_RETRY_SECONDS
+            while True:
+                with contextlib.suppress(TimeoutError):  # a list_changed wakes it early
+                    await asyncio.wait_for(changed.wait(), self.refresh_seconds if answered else delay)
+                changed.clear()
+                answered = await self.refresh(server)
+                delay = FIRST_RETRY_SECONDS if answered else min(delay * 2, self.refresh_seconds)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch(self, server: McpServerConfig, changed: asyncio.Event) -> None:
+        """Listen for `notifications/tools/list_changed` on a session of its own, where the
+        transport delivers it; a server that does not stream them is polled (the loop above)."""
+        while True:
+            with contextlib.suppress(McpUnavailable):
+                await client.watch_tool_list(server, self._list_auth(server), changed.set)
+            await asyncio.sleep(self.refresh_seconds)
+
+    @staticmethod
+    def _list_auth(server: McpServerConfig) -> httpx.Auth | None:
+        """No user asks for a list: a `user` server is asked anonymously (module docstring)."""
+        return None if server.credential == "user" else auth_for(server, None)
 
     async def refresh(self, server: McpServerConfig) -> bool:
         """Read the server's list into the registry; False while it does not answer."""
         st = self.state[server.name]
         try:
-            listed = await client.list_tools(
-                server, auth_for(server, None) if server.credential != "user" else None
-            )
+            listed = await client.list_tools(server, self._list_auth(server))
         except McpUnavailable as exc:
             if st.up or st.reason == "not_checked":
                 log.warning("mcp_server_down", server=server.name, reason=exc.reason)
