@@ -7,19 +7,23 @@ call never hangs, and the registry keeps only what is safe to offer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from tests.support.factories import ac
-from tests.support.mcp_server import McpTestServer, tool
+from tests.support.mcp_server import McpTestServer, fingerprint, tool
 from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.mcp.pool import PING_AFTER_SECONDS
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.tools import ToolContext, ToolRegistry
 from vagent_graph.tools.catalogue import builtin_tools
+from vagent_shared.credentials import CredentialResponse
 
 BIG = 10_000_000
 
@@ -171,3 +175,43 @@ async def test_a_changed_tool_list_is_picked_up_at_once(tmp_path: Path) -> None:
             assert "from the new tool" in await run(registry, "x__fresh", text="from the new tool")
         finally:
             await servers.aclose()
+
+
+def ctx_of(user: str, key: str) -> ToolContext:
+    cred = CredentialResponse(credential_type="api_key", credential=SecretStr(key))
+    return ToolContext(ac=ac(user, ["mcp_server:x"]), session_id="s", credential=cred)
+
+
+async def test_sessions_are_reused_per_credential_never_across_and_survive_a_restart(tmp_path: Path) -> None:
+    keys = {"@alice:x": "alice-key-0123456789", "@bob:x": "bob-key-9876543210"}
+    with McpTestServer(
+        {"name": "pooled", "tools": [tool("echo", params={"text": "string"})]}, tmp_path
+    ) as server:
+        registry = ToolRegistry()
+        servers = McpServers(
+            [config(server.url, credential="user")], registry, refresh_seconds=3600, result_max_chars=10_000
+        )
+        await servers.start()
+        echo = registry.get("x__echo")
+        assert echo is not None
+
+        async def call(user: str, text: str) -> dict[str, Any]:
+            out = await echo.run(
+                echo.args_model.model_validate({"text": text}), ctx_of(user, keys[user]), None
+            )
+            assert isinstance(out, str)
+            return dict(json.loads(out))
+
+        try:
+            results = await asyncio.gather(*(call(u, f"{u} {i}") for i in range(20) for u in keys))
+            for r in results:
+                owner = r["arguments"]["text"].split()[0]
+                assert r["fingerprints"]["x-api-key"] == fingerprint(keys[owner])  # never the other's
+            assert len(servers.pool) == 2  # one session per credential, reused by 20 calls each
+            server.restart()  # the server forgets its sessions
+            await asyncio.sleep(PING_AFTER_SECONDS + 0.5)  # idle long enough to be checked first
+            again = await call("@alice:x", "@alice:x after the restart")
+            assert again["fingerprints"]["x-api-key"] == fingerprint(keys["@alice:x"])
+        finally:
+            await servers.aclose()
+        assert len(servers.pool) == 0

@@ -1,10 +1,9 @@
 """Talking to one MCP server with the official SDK: list its tools, call one.
 
-Each call opens its own session, with the credential of THAT call's user on its own HTTP
-client: nothing (connection, session, header) is shared between two users' calls, so one
-user's credential can never travel on another's call, also under concurrency. The price is
-a handshake per call (bench/README.md measures it); a pool keyed by server AND credential is
-the next step if it matters.
+A session carries the credential of ONE user on its own HTTP client: nothing (connection,
+session, header) is shared between two users' calls, so one user's credential can never
+travel on another's call, also under concurrency. Calls reuse open sessions keyed by server
+AND credential (pool.py).
 
 Failures come back as McpUnavailable with a short reason for the log and the metrics; their
 detail (which may quote a URL, a header or the server's internals) never reaches the model.
@@ -12,6 +11,8 @@ detail (which may quote a URL, a header or the server's internals) never reaches
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,7 +27,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
 from mcp.types import (
-    CallToolResult,
     ElicitRequestParams,
     ElicitResult,
     ServerNotification,
@@ -93,7 +93,7 @@ async def session(
         return
     timeout = httpx.Timeout(server.timeout_seconds)
     async with (
-        httpx.AsyncClient(auth=auth, timeout=timeout, follow_redirects=False) as http,
+        httpx.AsyncClient(auth=auth, timeout=timeout, follow_redirects=False, verify=tls()) as http,
         streamable_http_client(url, http_client=http) as (read, write, _),
         ClientSession(read, write, **extra) as s,
     ):
@@ -101,7 +101,15 @@ async def session(
         yield s
 
 
-def _reason(exc: BaseException) -> str:
+@functools.cache
+def tls() -> ssl.SSLContext:
+    """One TLS context for every MCP client: building one (the CA bundle) costs ~20 ms of
+    blocking CPU, which a client per session paid each time (bench/README.md)."""
+    return ssl.create_default_context()
+
+
+def reason_of(exc: BaseException) -> str:
+    """A short word for what went wrong, for logs and metrics (never the detail)."""
     if isinstance(exc, TimeoutError):
         return "timeout"
     if isinstance(exc, McpError):
@@ -112,7 +120,7 @@ def _reason(exc: BaseException) -> str:
         return "unreachable"
     if isinstance(exc, BaseExceptionGroup):
         inner = exc.exceptions[0] if exc.exceptions else None
-        return _reason(inner) if inner is not None else "failed"
+        return reason_of(inner) if inner is not None else "failed"
     return "failed"
 
 
@@ -130,21 +138,7 @@ async def list_tools(server: McpServerConfig, auth: httpx.Auth | None) -> list[M
                     if not cursor:
                         return tools
     except Exception as exc:
-        raise McpUnavailable(_reason(exc)) from None
-
-
-async def call_tool(
-    server: McpServerConfig, name: str, arguments: dict[str, Any], auth: httpx.Auth | None
-) -> tuple[CallToolResult, list[str]]:
-    """One call of the server's tool `name`, within the server's timeout; and what the
-    server asked for mid-call (declined)."""
-    declined = Declined()
-    try:
-        with anyio.fail_after(server.timeout_seconds):
-            async with session(server, auth, declined) as s:
-                return await s.call_tool(name, arguments), declined.asked
-    except Exception as exc:
-        raise McpUnavailable(_reason(exc)) from None
+        raise McpUnavailable(reason_of(exc)) from None
 
 
 async def watch_tool_list(
@@ -162,4 +156,4 @@ async def watch_tool_list(
             await s.list_tools()  # some servers tell only the sessions that listed the tools
             await anyio.sleep_forever()
     except Exception as exc:
-        raise McpUnavailable(_reason(exc)) from None
+        raise McpUnavailable(reason_of(exc)) from None

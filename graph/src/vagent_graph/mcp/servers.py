@@ -27,6 +27,7 @@ from vagent_graph import metrics
 from vagent_graph.mcp import client
 from vagent_graph.mcp.client import McpUnavailable
 from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.mcp.pool import SessionPool, credential_digest
 from vagent_graph.mcp.results import result_text
 from vagent_graph.mcp.tools import Skipped, build_tools
 from vagent_graph.services.credentials import HeaderAuth, credential_auth
@@ -54,6 +55,16 @@ def auth_for(server: McpServerConfig, ctx: ToolContext | None) -> httpx.Auth | N
             return HeaderAuth("Authorization", f"Bearer {secret}")
         return HeaderAuth(server.credential_header, secret)
     return None
+
+
+def credential_id(server: McpServerConfig, ctx: ToolContext) -> str:
+    """Which credential a call carries, as the session pool tells them apart (a digest)."""
+    if server.credential == "user" and ctx.credential is not None:
+        cred = ctx.credential
+        return credential_digest(f"{cred.credential_type}:{cred.credential.get_secret_value()}")
+    if server.credential == "service":
+        return credential_digest(server.service_secret())
+    return ""
 
 
 def failure_text(tool: str, reason: str) -> str:
@@ -93,6 +104,8 @@ class McpServers:
         self.refresh_seconds, self.result_max_chars = refresh_seconds, result_max_chars
         self.state = {s.name: ServerState() for s in servers}
         self._tasks: list[asyncio.Task[None]] = []
+        #: Sessions reused by the calls of one server and one credential (pool.py).
+        self.pool = SessionPool()
 
     def status(self) -> dict[str, McpServerStatus]:
         """Each server's state, for /health (the graph stays healthy while one is down)."""
@@ -117,6 +130,7 @@ class McpServers:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.pool.aclose()
 
     async def _keep_fresh(self, server: McpServerConfig, first: asyncio.Event) -> None:
         changed = asyncio.Event()
@@ -186,8 +200,12 @@ class McpServers:
 
         async def run(args: BaseModel, ctx: ToolContext, answer: str | None) -> str:
             try:
-                result, asked = await client.call_tool(
-                    server, name, args.model_dump(mode="json"), auth_for(server, ctx)
+                result, asked = await self.pool.call(
+                    server,
+                    name,
+                    args.model_dump(mode="json"),
+                    auth_for(server, ctx),
+                    credential_id(server, ctx),
                 )
             except McpUnavailable as exc:
                 log.warning("mcp_call_failed", server=server.name, tool=exposed, reason=exc.reason)
