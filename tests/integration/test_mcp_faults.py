@@ -40,6 +40,7 @@ TOOLS = [
     tool("bad name!", params={"text": "string"}),
     tool("drop", "drop", params={"text": "string"}),
     tool("ask", "elicit", params={"text": "string"}, message="Which meeting room?"),
+    tool("rpc", "rpc_error", params={"text": "string"}, message="internal: auth service at 10.0.0.7 refused"),
 ]
 
 
@@ -82,6 +83,7 @@ async def test_a_hostile_list_keeps_only_what_is_safe(server: McpTestServer) -> 
             "x__flood",
             "x__drop",
             "x__ask",
+            "x__rpc",
         }
         assert registry.get("search_documents") is builtin  # a server cannot shadow a built-in tool
         flood = registry.get("x__flood")
@@ -105,6 +107,9 @@ async def test_faults_reach_the_model_as_plain_words_and_nothing_hangs(server: M
         huge = await run(registry, "x__huge")
         assert len(huge) < 20_200 and f"the tool returned {BIG} characters, 20000 are shown" in huge
         assert "returned an image (image/png)" in await run(registry, "x__picture")
+        rpc = await run(registry, "x__rpc")  # a JSON-RPC error: told plainly, no internals
+        assert rpc.startswith("x__rpc is unavailable right now (protocol_error)")
+        assert "10.0.0.7" not in rpc and "s3cr3t" not in rpc and "internal.example" not in rpc
         asked = await run(registry, "x__ask")  # an elicitation is declined, and the model told
         assert asked.startswith("elicitation: decline") and '"Which meeting room?"' in asked
         started = time.monotonic()
@@ -114,7 +119,16 @@ async def test_faults_reach_the_model_as_plain_words_and_nothing_hangs(server: M
         assert time.monotonic() - started < 10
     finally:
         await servers.aclose()
-    assert [c["tool"] for c in server.calls()] == ["echo", "slow", "boom", "huge", "picture", "ask", "drop"]
+    assert [c["tool"] for c in server.calls()] == [
+        "echo",
+        "slow",
+        "boom",
+        "huge",
+        "picture",
+        "rpc",
+        "ask",
+        "drop",
+    ]
 
 
 async def test_stdio_and_sse_transports(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
 DOMAIN = "localhost"
 POLICY = yaml.safe_load((ROOT / "deploy/dev/credentials.yaml").read_text())
 KEYS: dict[str, str] = POLICY["domains"][DOMAIN]["resources"]["mcp:calendar"]["users"]
-ALICE, BOB, CAROL = (f"@{n}:localhost" for n in ("alice", "bob", "carol"))
+ALICE, BOB, CAROL, DAVE = (f"@{n}:localhost" for n in ("alice", "bob", "carol", "dave"))
 CALENDAR = ["mcp_server:calendar"]
 LIST, CREATE = "calendar__list_events", "calendar__create_event"
 
@@ -172,11 +172,20 @@ async def test_each_call_carries_its_own_users_key_under_concurrency(
         assert not (alice_title in text and bob_title in text), user
 
 
-async def test_no_credential_is_told_and_never_calls(stack: Stack, llm_server: ScriptedLLMServer) -> None:
+async def test_no_credential_a_denied_user_and_a_registry_that_is_down(
+    stack: Stack, llm_server: ScriptedLLMServer
+) -> None:
+    """Each is told as for built-in tools, and the server is never called."""
+    for user, told in ((CAROL, "no credential is configured"), (DAVE, "Access denied")):
+        llm_server.push_tool_calls([(LIST, {})])
+        llm_server.push_text("Sorry.")
+        await stack.ask(new_session(user), "what is on my calendar?")  # granted, but no key
+        assert told in tool_result(llm_server)
+    stack.registry.stop()
     llm_server.push_tool_calls([(LIST, {})])
-    llm_server.push_text("Sorry.")
-    await stack.ask(new_session(CAROL), "what is on my calendar?")  # granted, but no key
-    assert "no credential is configured" in tool_result(llm_server)
+    llm_server.push_text("Later.")
+    events = await stack.ask(new_session(CAROL), "what is on my calendar?")
+    assert "unavailable" in tool_result(llm_server) and kinds(events)[-1] == "done"
     assert await stack.calls() == []
 
 

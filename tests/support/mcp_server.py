@@ -72,6 +72,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.sse import SseServerTransport
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import UrlElicitationRequiredError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -80,7 +81,9 @@ from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 Transport = Literal["streamable_http", "sse", "stdio"]
-Behaviour = Literal["echo", "error", "hang", "big", "structured", "image", "drop", "elicit", "grow"]
+Behaviour = Literal[
+    "echo", "error", "hang", "big", "structured", "image", "drop", "elicit", "grow", "rpc_error"
+]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,6 +303,17 @@ def build_server(config: ServerConfig, recorder: Recorder) -> Server[Any, Any]:
                     with contextlib.suppress(Exception):
                         await listener.send_tool_list_changed()
                 return [types.TextContent(type="text", text=f"added {grown.name}")]
+            case "rpc_error":  # a JSON-RPC error answer (not an isError result), with internals
+                raise UrlElicitationRequiredError(
+                    [
+                        types.ElicitRequestURLParams(
+                            mode="url",
+                            message=spec.message,
+                            url="https://internal.example/oauth?token=s3cr3t-internal",
+                            elicitationId="e-1",
+                        )
+                    ]
+                )
             case "elicit":  # asks the user for input mid-call; answers with what it got
                 answer = await server.request_context.session.elicit(
                     spec.message, {"type": "object", "properties": {"room": {"type": "string"}}}
