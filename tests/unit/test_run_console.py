@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 
-from run_local import AUDIT_WIDTH, readable
+from run_local import AUDIT_WIDTH, TAG_WIDTH, readable
+
+
+def tag(service: str) -> str:
+    return f"{service:<{TAG_WIDTH}} "
 
 
 def audit_log_line(**audit: object) -> str:
@@ -34,7 +38,10 @@ def audit_log_line(**audit: object) -> str:
 
 def test_an_audit_event_is_one_short_line() -> None:
     out = readable("graph", audit_log_line(), color=False)
-    assert out == "graph   12:00:01 info    audit tool_access allowed @alice:localhost tool:delete_records"
+    assert (
+        out
+        == tag("graph") + "12:00:01 info    audit tool_access allowed @alice:localhost tool:delete_records"
+    )
 
 
 def test_the_reason_is_shown_and_a_long_or_hostile_event_stays_one_short_line() -> None:
@@ -45,14 +52,14 @@ def test_the_reason_is_shown_and_a_long_or_hostile_event_stays_one_short_line() 
     )
     assert out is not None
     assert "\n" not in out and "\x1b" not in out
-    assert out.startswith("bot     12:00:01 info    audit tool_access denied @x?[2J?:evil")
-    assert len(out) <= len("bot     12:00:01 info    ") + AUDIT_WIDTH and out.endswith("…")
+    assert out.startswith(tag("bot") + "12:00:01 info    audit tool_access denied @x?[2J?:evil")
+    assert len(out) <= len(tag("bot") + "12:00:01 info    ") + AUDIT_WIDTH and out.endswith("…")
 
 
 def test_other_log_lines_keep_their_fields() -> None:
     line = json.dumps(
         {"timestamp": "2026-11-25T12:00:02Z", "level": "warning", "event": "acp_started", "port": 8090}
     )
-    assert readable("acp", line, color=False) == "acp     12:00:02 warning acp_started port=8090"
-    assert readable("graph", "plain text\n", color=False) == "graph   plain text"
+    assert readable("acp", line, color=False) == tag("acp") + "12:00:02 warning acp_started port=8090"
+    assert readable("graph", "plain text\n", color=False) == tag("graph") + "plain text"
     assert readable("graph", "\n", color=False) is None
