@@ -38,7 +38,7 @@ import re
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager, closing, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
@@ -56,6 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from vagent_dev.serving import install_json_error_handlers, serve
 from vagent_dev.settings import CalendarSettings
+from vagent_dev.sqlite_files import transaction
 from vagent_dev.yaml_files import FileError, Loc, YamlList, YamlMap, load_yaml_model
 from vagent_shared.wire import ErrorResponse
 
@@ -300,18 +301,8 @@ class CalendarDB:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    @contextmanager
-    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """One connection, one transaction; a writer takes the write lock up front."""
-        with closing(sqlite3.connect(self.path, isolation_level=None, timeout=10)) as conn:
-            conn.row_factory = sqlite3.Row
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+    def _transaction(self, write: bool = True) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path, write)
 
     def init(self, seed: Seed) -> bool:
         """Create and seed a new database (once); True if it was new."""

@@ -28,8 +28,7 @@ import asyncio
 import hashlib
 import sqlite3
 from collections import deque
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -42,6 +41,7 @@ from starlette.middleware.base import RequestResponseEndpoint
 
 from vagent_dev.serving import install_json_error_handlers, serve
 from vagent_dev.settings import TicketsSettings
+from vagent_dev.sqlite_files import transaction
 from vagent_dev.yaml_files import FileError, Loc, load_yaml_model
 from vagent_shared.wire import ErrorResponse
 
@@ -159,18 +159,8 @@ class TicketDB:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    @contextmanager
-    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """One connection, one transaction; a writer takes the write lock up front."""
-        with closing(sqlite3.connect(self.path, isolation_level=None, timeout=10)) as conn:
-            conn.row_factory = sqlite3.Row
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+    def _transaction(self, write: bool = True) -> AbstractContextManager[sqlite3.Connection]:
+        return transaction(self.path, write)
 
     def init(self, seed: Seed) -> bool:
         """Create and seed a new database (once); True if it was new."""
