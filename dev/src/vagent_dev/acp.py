@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from vagent_dev.serving import serve
+from vagent_dev.serving import add_policy_health, serve
 from vagent_dev.settings import AcpSettings
 from vagent_dev.yaml_files import FileError, ReloadingFile, YamlBlock, YamlList, YamlMap, load_yaml_model
 from vagent_shared.access import AcContext, Resource, RoleGrant
@@ -208,16 +208,7 @@ def create_app(policy_path: Path | str) -> FastAPI:
             raise api_error(status, decision.reason.value, _MESSAGES[decision.reason])
         return JSONResponse(decision.ac.to_wire())
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        """200 while the policy file is valid, 503 otherwise (the provider denies everyone)."""
-        try:
-            policy = store.current()
-        except PolicyError:
-            return JSONResponse({"status": "unhealthy", "policy_file": str(store.path)}, status_code=503)
-        return JSONResponse(
-            {"status": "healthy", "policy_file": str(store.path), "domains": sorted(policy.domains)}
-        )
+    add_policy_health(app, store, "the provider denies everyone")
 
     return app
 

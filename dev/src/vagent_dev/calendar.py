@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
-import re
 import sqlite3
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from datetime import UTC, date, datetime, time, timedelta
@@ -54,10 +51,11 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from vagent_dev.api_keys import add_request_log_routes, key_sha256, request_log, seed_place
 from vagent_dev.serving import install_json_error_handlers, serve
 from vagent_dev.settings import CalendarSettings
 from vagent_dev.sqlite_files import transaction
-from vagent_dev.yaml_files import FileError, Loc, YamlList, YamlMap, load_yaml_model
+from vagent_dev.yaml_files import MATRIX_USER_ID, FileError, YamlList, YamlMap, load_yaml_model
 from vagent_shared.wire import ErrorResponse
 
 log = structlog.get_logger(__name__)
@@ -71,14 +69,12 @@ MAX_TITLE = 200
 DAY_START, DAY_END = time(9), time(17)
 MAX_DURATION_MINUTES = 8 * 60
 #: The request record keeps the last this many calls.
-REQUEST_LOG_SIZE = 1000
 #: PRAGMA user_version of a created and seeded database.
 SCHEMA_VERSION = 1
 FIRST_EVENT_NUMBER = 1001
 #: Paths anyone may call without a key (a development stand-in's probes).
 PUBLIC_PATHS = ("/health", "/debug/")
 
-_USER_ID = re.compile(r"^@[^:\s]+:\S+$")
 
 
 class SeedError(FileError):
@@ -120,7 +116,7 @@ def parse_day(value: str) -> date:
 
 
 def check_user_id(value: str) -> str:
-    if not _USER_ID.match(value):
+    if not MATRIX_USER_ID.match(value):
         raise ValueError(f"{value[:80]!r} is not a Matrix user id (@name:server)")
     return value
 
@@ -133,7 +129,7 @@ def check_attendees(attendees: Sequence[str]) -> list[str]:
         raise ValueError(f"attendees: at most {MAX_ATTENDEES}")
     seen: list[str] = []
     for i, who in enumerate(attendees):
-        if not isinstance(who, str) or not _USER_ID.match(who):
+        if not isinstance(who, str) or not MATRIX_USER_ID.match(who):
             raise ValueError(f"attendees[{i}]: not a Matrix user id (@name:server)")
         if who not in seen:
             seen.append(who)
@@ -228,16 +224,9 @@ class Seed(BaseModel):
         return self
 
 
-def _where(loc: Loc) -> str:
-    """A validation error's place; under `keys` that would be the key itself, so not that."""
-    if loc[:1] == ("keys",):
-        return "keys"
-    return ".".join(str(p) for p in loc) or "seed"
-
-
 def load_seed(path: Path | str) -> Seed:
     """Read and validate the seed file; SeedError names the problem, never a key."""
-    return load_yaml_model(path, Seed, "seed file", SeedError, _where)
+    return load_yaml_model(path, Seed, "seed file", SeedError, seed_place)
 
 
 # --------------------------------------------------------------------------- results
@@ -365,10 +354,6 @@ class CalendarDB:
 # --------------------------------------------------------------------------- HTTP and MCP
 
 
-def key_sha256(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 class Caller(NamedTuple):
     """Whom the key of this request belongs to (set by ApiKeyAuth)."""
 
@@ -381,10 +366,11 @@ CALLER_STATE = "calendar_caller"
 
 
 class RequestRecord:
-    """The last REQUEST_LOG_SIZE tool calls and refused requests: owner, tool, key hash, outcome."""
+    """The last tool calls and refused requests (api_keys.REQUEST_LOG_SIZE): owner, tool, key
+    hash, outcome."""
 
     def __init__(self) -> None:
-        self.entries: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
+        self.entries = request_log()
 
     def add(self, tool: str | None, owner: str | None, digest: str | None, outcome: str) -> None:
         self.entries.append({"tool": tool, "owner": owner, "key_sha256": digest, "outcome": outcome})
@@ -524,17 +510,7 @@ def build_mcp(db: CalendarDB, record: RequestRecord, host: str) -> FastMCP[Any]:
     return server
 
 
-def _debug_routes(app: FastAPI, db: CalendarDB, record: RequestRecord) -> None:
-    @app.get("/debug/requests")
-    async def requests() -> dict[str, list[dict[str, Any]]]:
-        """The recorded tool calls and refused requests, oldest first (key hashes, never keys)."""
-        return {"requests": list(record.entries)}
-
-    @app.delete("/debug/requests", status_code=204)
-    async def clear_requests() -> Response:
-        record.entries.clear()
-        return Response(status_code=204)
-
+def _health_route(app: FastAPI, db: CalendarDB) -> None:
     @app.get("/health")
     async def health() -> Response:
         """200 while the database answers; 503 otherwise."""
@@ -567,7 +543,8 @@ def create_app(seed_path: Path | str, db_path: Path | str, host: str = "127.0.0.
     )
     install_json_error_handlers(app)
     app.add_middleware(ApiKeyAuth, owners=owners, record=record)
-    _debug_routes(app, db, record)
+    add_request_log_routes(app, record.entries)
+    _health_route(app, db)
     app.mount("/", mcp_app)  # after the routes above, so they match first
     return app
 

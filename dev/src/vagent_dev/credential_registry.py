@@ -39,9 +39,17 @@ from pydantic import (
 )
 from starlette.middleware.base import RequestResponseEndpoint
 
-from vagent_dev.serving import install_json_error_handlers, serve
+from vagent_dev.serving import add_policy_health, install_json_error_handlers, serve
 from vagent_dev.settings import CredentialRegistrySettings
-from vagent_dev.yaml_files import FileError, ReloadingFile, YamlBlock, YamlList, YamlMap, load_yaml_model
+from vagent_dev.yaml_files import (
+    MATRIX_USER_ID,
+    FileError,
+    ReloadingFile,
+    YamlBlock,
+    YamlList,
+    YamlMap,
+    load_yaml_model,
+)
 from vagent_shared.credentials import (
     CREDENTIALS_GET_PATH,
     CredentialRequest,
@@ -53,7 +61,6 @@ from vagent_shared.wire import ErrorResponse
 
 log = structlog.get_logger(__name__)
 
-_USER_ID = re.compile(r"^@[^:\s]+:\S+$")
 _JWT = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$")
 
 Secret = Annotated[StrictStr, Field(min_length=1)]
@@ -97,7 +104,7 @@ class ResourcePolicy(BaseModel):
         """Typos must fail loudly; messages name users, never their secrets."""
         for where, ids in (("users", list(self.users)), ("denied", self.denied)):
             for i, user in enumerate(ids):
-                if not _USER_ID.match(user):
+                if not MATRIX_USER_ID.match(user):
                     raise ValueError(f"entry {i + 1} of {where} is not a Matrix user id (@name:server)")
         for user, secret in self.users.items():
             problem = secret_problem(self.type, secret)
@@ -262,16 +269,7 @@ def create_app(policy_path: Path | str, token: str | None = None) -> FastAPI:
             raise api_error(found.outcome.status, found.outcome.value, _MESSAGES[found.outcome])
         return JSONResponse(found.credential.to_wire(), headers={"Cache-Control": "no-store"})
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        """200 while the policy file is valid, 503 otherwise (every request then fails)."""
-        try:
-            policy = store.current()
-        except PolicyError:
-            return JSONResponse({"status": "unhealthy", "policy_file": str(store.path)}, status_code=503)
-        return JSONResponse(
-            {"status": "healthy", "policy_file": str(store.path), "domains": sorted(policy.domains)}
-        )
+    add_policy_health(app, store, "every request then fails")
 
     return app
 

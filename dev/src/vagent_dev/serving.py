@@ -9,7 +9,8 @@ its log that it is a development stand-in.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import structlog
 import uvicorn
@@ -17,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from vagent_dev.yaml_files import FileError, ReloadingFile
 from vagent_shared.http_errors import install_error_handlers
 from vagent_shared.logs import configure_logging
 from vagent_shared.wire import ErrorResponse
@@ -43,6 +45,26 @@ def install_json_error_handlers(app: FastAPI) -> None:
         return response if isinstance(response, Response) else await response
 
     app.add_exception_handler(RequestValidationError, _invalid)
+
+
+class HasDomains(Protocol):
+    @property
+    def domains(self) -> Mapping[str, Any]: ...
+
+
+def add_policy_health(app: FastAPI, store: ReloadingFile[Any], meaning: str) -> None:
+    """`GET /health` of a stand-in serving a policy file: 200 while the file is valid, 503
+    otherwise (`meaning`: what an invalid file does to its answers)."""
+
+    @app.get("/health", description=f"200 while the policy file is valid, 503 otherwise ({meaning}).")
+    async def health() -> JSONResponse:
+        try:
+            policy: HasDomains = store.current()
+        except FileError:
+            return JSONResponse({"status": "unhealthy", "policy_file": str(store.path)}, status_code=503)
+        return JSONResponse(
+            {"status": "healthy", "policy_file": str(store.path), "domains": sorted(policy.domains)}
+        )
 
 
 def serve(

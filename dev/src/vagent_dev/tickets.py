@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sqlite3
 from collections import deque
 from contextlib import AbstractContextManager
@@ -39,10 +38,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 from starlette.middleware.base import RequestResponseEndpoint
 
+from vagent_dev.api_keys import add_request_log_routes, key_sha256, request_log, seed_place
 from vagent_dev.serving import install_json_error_handlers, serve
 from vagent_dev.settings import TicketsSettings
 from vagent_dev.sqlite_files import transaction
-from vagent_dev.yaml_files import FileError, Loc, load_yaml_model
+from vagent_dev.yaml_files import FileError, load_yaml_model
 from vagent_shared.wire import ErrorResponse
 
 log = structlog.get_logger(__name__)
@@ -53,7 +53,6 @@ ListStatus = Literal["open", "closed", "all"]
 #: At most this many tickets per listing.
 MAX_LIST = 50
 #: The request record keeps the last this many /api requests.
-REQUEST_LOG_SIZE = 1000
 #: PRAGMA user_version of a created and seeded database.
 SCHEMA_VERSION = 1
 FIRST_TICKET_NUMBER = 1001
@@ -91,16 +90,9 @@ class Seed(BaseModel):
         return self
 
 
-def _where(loc: Loc) -> str:
-    """A validation error's place; under `keys` that would be the key itself, so not that."""
-    if loc[:1] == ("keys",):
-        return "keys"
-    return ".".join(str(p) for p in loc) or "seed"
-
-
 def load_seed(path: Path | str) -> Seed:
     """Read and validate the seed file; SeedError names the problem, never a key."""
-    return load_yaml_model(path, Seed, "seed file", SeedError, _where)
+    return load_yaml_model(path, Seed, "seed file", SeedError, seed_place)
 
 
 class NewTicket(BaseModel):
@@ -202,10 +194,6 @@ class TicketDB:
             return _ticket(row)
 
 
-def key_sha256(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(ErrorResponse(error_code=code, message=message).model_dump(), status_code=status)
 
@@ -263,17 +251,7 @@ def _ticket_routes(app: FastAPI, db: TicketDB) -> None:
         return ticket
 
 
-def _debug_routes(app: FastAPI, record: deque[dict[str, Any]]) -> None:
-    @app.get("/debug/requests")
-    async def requests() -> dict[str, list[dict[str, Any]]]:
-        """The recorded /api requests, oldest first (the hash of each key, never the key)."""
-        return {"requests": list(record)}
-
-    @app.delete("/debug/requests", status_code=204)
-    async def clear_requests() -> Response:
-        record.clear()
-        return Response(status_code=204)
-
+def _health_route(app: FastAPI) -> None:
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "healthy"}
@@ -286,7 +264,7 @@ def create_app(seed_path: Path | str, db_path: Path | str) -> FastAPI:
     if db.init(seed):
         log.info("tickets_seeded", db_path=str(db.path), tickets=len(seed.tickets))
     owners = {key_sha256(key): owner for key, owner in seed.keys.items()}
-    record: deque[dict[str, Any]] = deque(maxlen=REQUEST_LOG_SIZE)
+    record = request_log()
     app = FastAPI(
         title="vagent demo ticket service",
         version="0.1.0",
@@ -295,7 +273,8 @@ def create_app(seed_path: Path | str, db_path: Path | str) -> FastAPI:
     install_json_error_handlers(app)
     _authenticate(app, owners, record)
     _ticket_routes(app, db)
-    _debug_routes(app, record)
+    add_request_log_routes(app, record)
+    _health_route(app)
     return app
 
 

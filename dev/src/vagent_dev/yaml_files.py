@@ -11,6 +11,7 @@ that is not papered over with the previous version (that could keep a revoked gr
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
@@ -22,6 +23,8 @@ from pydantic import BaseModel, BeforeValidator, ValidationError
 log = structlog.get_logger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+#: A Matrix user id as the stand-ins' files write it (`@name:server`).
+MATRIX_USER_ID = re.compile(r"^@[^:\s]+:\S+$")
 T = TypeVar("T")
 Loc = tuple[int | str, ...]
 
