@@ -61,7 +61,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, Self, cast, get_args
 
 import anyio
 import httpx
@@ -87,6 +87,10 @@ Behaviour = Literal[
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
 ROOT = Path(__file__).resolve().parents[2]
+
+if TYPE_CHECKING:
+    from tests.support.procs import ServiceProcess
+
 MODULE_FILE = Path(__file__).resolve()
 PATHS: dict[Transport, str] = {"streamable_http": "/mcp", "sse": "/sse", "stdio": ""}
 #: A 1x1 transparent PNG, the default `image` result.
@@ -442,7 +446,8 @@ class McpTestServer:
         self.config_path = directory / f"{name}.json"
         self.record_path = directory / f"{name}.calls.jsonl"
         self.log_path = directory / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        #: The HTTP transports' process (stdio: the MCP client starts its own).
+        self.service: ServiceProcess | None = None
 
     @property
     def port(self) -> int:
@@ -481,7 +486,7 @@ class McpTestServer:
 
     def start(self, timeout: float = 30) -> Self:
         """Write the config; for HTTP, start the process and wait for /health."""
-        from procutil import wait_until
+        from tests.support.procs import ServiceProcess  # only in the tests: this file also runs alone
 
         self.write_config()
         if self.transport == "stdio":
@@ -496,39 +501,25 @@ class McpTestServer:
             str(self.port),
         ]
         argv += ["--config", str(self.config_path), "--record", str(self.record_path)]
-        with self.log_path.open("ab") as log:
-            self.proc = proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise RuntimeError(f"mcp_server exited {proc.returncode}:\n{self.logs()[-3000:]}")
-            try:
-                return httpx.get(self.base_url + "/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        if wait_until(healthy, timeout):
-            return self
-        self.stop()
-        raise TimeoutError(f"mcp_server did not become healthy:\n{self.logs()[-3000:]}")
+        self.service = ServiceProcess("mcp_server", {}, self.log_path, self.base_url + "/health", argv=argv)
+        self.service.start(timeout)
+        return self
 
     def stop(self, timeout: float = 10) -> int | None:
         """SIGTERM and wait (SIGKILL after `timeout`); the exit code of a graceful stop."""
-        from procutil import stop_process
-
-        code = stop_process(self.proc, timeout)
-        self.proc = None
-        return code
+        return self.service.stop(timeout) if self.service is not None else None
 
     def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        if self.service is not None:
+            self.service.kill()
 
     def restart(self) -> Self:
         self.stop()
         return self.start()
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.service.proc if self.service is not None else None
 
     @property
     def running(self) -> bool:

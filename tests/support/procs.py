@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -37,10 +37,13 @@ class ServiceProcess:
         healthy: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
         *,
         inherit_env: bool = True,
+        argv: Sequence[str] | None = None,
     ) -> None:
         self.command, self.env, self.log_path = command, env, log_path
         self.health_url, self.healthy = health_url, healthy
         self.inherit_env = inherit_env
+        #: The command line, when it is not the venv's console script `command` alone.
+        self.argv = list(argv) if argv is not None else [str(BIN / command)]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> Self:
@@ -49,7 +52,7 @@ class ServiceProcess:
         log = open(self.log_path, "ab")
         env = {**os.environ, **self.env} if self.inherit_env else dict(self.env)
         self.proc = proc = subprocess.Popen(
-            [str(BIN / self.command)], env=env, stdout=log, stderr=subprocess.STDOUT
+            self.argv, env=env, stdout=log, stderr=subprocess.STDOUT
         )
 
         def healthy() -> bool:
