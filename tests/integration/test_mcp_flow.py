@@ -20,6 +20,7 @@ from procutil import free_port
 from redis import Redis
 
 from tests.integration.test_calendar_server import CalendarProcess, start_calendar
+from tests.integration.test_credentials_flow import secret_leaks, tool_result
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import JSON, PlannedResponse, ScriptedLLMServer, TextResponse, ToolCallResponse
@@ -106,10 +107,6 @@ def stack(tmp_path: Path, redis_url: str, llm_server: ScriptedLLMServer) -> Iter
         yield s
     finally:
         s.stop()
-
-
-def tool_result(llm: ScriptedLLMServer, request: int = -1) -> str:
-    return str([m for m in llm.requests[request]["messages"] if m["role"] == "tool"][-1]["content"])
 
 
 async def test_offered_only_with_the_grant_and_never_reached_without_it(
@@ -304,8 +301,7 @@ async def test_no_key_reaches_any_artifact(
         "metrics": (await stack.get("/metrics")).text,
     }
     secrets = list(KEYS.values())
-    leaks = [f"{where}: {s[:12]}" for where, text in artifacts.items() for s in secrets if s in text]
-    assert leaks == []
+    assert secret_leaks(artifacts, secrets) == []
     # the scan can fail: a planted key is found
     planted = {**artifacts, "graph log": artifacts["graph log"] + secrets[0]}
-    assert [w for w, t in planted.items() for s in secrets if s in t] == ["graph log"]
+    assert secret_leaks(planted, secrets) == [f"graph log: {secrets[0][:12]}…"]
