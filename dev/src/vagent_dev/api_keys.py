@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI, Response
 
-from vagent_dev.yaml_files import Loc
+from vagent_shared.validation import Loc
 
 #: How many requests the log keeps.
 REQUEST_LOG_SIZE = 1000

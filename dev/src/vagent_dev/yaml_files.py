@@ -20,13 +20,14 @@ import structlog
 import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
+from vagent_shared.validation import Loc, dotted, problems
+
 log = structlog.get_logger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 #: A Matrix user id as the stand-ins' files write it (`@name:server`).
 MATRIX_USER_ID = re.compile(r"^@[^:\s]+:\S+$")
 T = TypeVar("T")
-Loc = tuple[int | str, ...]
 
 
 def _empty_list(v: Any) -> Any:
@@ -78,9 +79,8 @@ def load_yaml_model(
     try:
         return model.model_validate({} if raw is None else raw)
     except ValidationError as exc:
-        place = where or (lambda loc: ".".join(str(p) for p in loc) or what)
-        problems = "; ".join(f"{place(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise error(f"{path}: invalid {what}: {problems}") from None
+        found = problems(exc, where or (lambda loc: dotted(loc) or what))
+        raise error(f"{path}: invalid {what}: {found}") from None
 
 
 class ReloadingFile(Generic[M]):

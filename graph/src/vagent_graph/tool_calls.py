@@ -47,6 +47,7 @@ from vagent_graph.tools import (
 )
 from vagent_shared.audit import AuditEventType, Decision
 from vagent_shared.hitl import YES, YES_NO
+from vagent_shared.validation import problems
 
 log = structlog.get_logger(__name__)
 
@@ -171,8 +172,7 @@ class ToolCalls:
             return decision.tool, decision.tool.args_model.model_validate(call.raw_args)
         except ValidationError as exc:
             metrics.TOOL_CALLS.labels(call.name, "invalid_args").inc()
-            errs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            return call.reply(f"Invalid arguments for {call.name}: {errs}", "error")
+            return call.reply(f"Invalid arguments for {call.name}: {problems(exc)}", "error")
 
     async def cleared(
         self, call: Call, tool: Tool, args: Any, ctx: ToolContext, stored: Approval | None

@@ -19,6 +19,7 @@ from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.ingest import DocumentSpec, Parsed, Prepared, doc_id_from_path, parse, spec
 from vagent_graph.knowledge.parsing import DocumentError, detect_format
 from vagent_shared.knowledge import DocumentInfo
+from vagent_shared.validation import problems
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".text", ".html", ".htm", ".pdf")
 
@@ -132,8 +133,7 @@ def load_manifest(path: Path) -> Manifest:
     except yaml.YAMLError as exc:
         raise DocumentError(f"{path}: not valid YAML ({exc})") from None
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise DocumentError(f"{path}: invalid manifest: {problems}") from None
+        raise DocumentError(f"{path}: invalid manifest: {problems(exc)}") from None
     for d in manifest.documents:
         d.file = (path.parent / d.file).resolve()
     for e in manifest.entities:

@@ -19,6 +19,7 @@ from vagent_graph.knowledge.chunking import Chunk, chunk_document
 from vagent_graph.knowledge.embeddings import Embedder
 from vagent_graph.knowledge.parsing import DocumentError, parse_document
 from vagent_shared.knowledge import DocId, DocumentFormat, Domain, Label
+from vagent_shared.validation import problems
 
 
 class DocumentSpec(BaseModel):
@@ -39,8 +40,7 @@ def spec(**fields: object) -> DocumentSpec:
     try:
         return DocumentSpec.model_validate(fields)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise DocumentError(f"invalid document metadata: {problems}") from None
+        raise DocumentError(f"invalid document metadata: {problems(exc)}") from None
 
 
 def doc_id_from_path(path: Path) -> str:

@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from vagent_shared.validation import dotted, problems
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: An HTTP header name (RFC 9110 token).
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
@@ -124,10 +126,8 @@ def load_servers(raw: Any, environ: Mapping[str, str] | None = None) -> list[Mcp
         try:
             servers.append(McpServerConfig.model_validate(expand_env(entry, where, environ)))
         except ValidationError as exc:  # its text would quote the input (a URL with a token)
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()
-            )
-            raise McpConfigError(f"{where}: {problems}") from None
+            found = problems(exc, lambda loc: dotted(loc) or "entry")
+            raise McpConfigError(f"{where}: {found}") from None
     names = [s.name for s in servers]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
