@@ -94,6 +94,7 @@ class SessionPool:
             entry = self._open.get(key)
             if entry is not None and entry.alive:
                 if time.monotonic() - entry.last_used < PING_AFTER_SECONDS or await self._answers(entry):
+                    entry.last_used = time.monotonic()  # in use now: not for _expire to close
                     return entry
             if entry is not None:
                 await self._close(key, entry)
@@ -156,6 +157,9 @@ class SessionPool:
     async def _close(self, key: Key, entry: _Open) -> None:
         if self._open.get(key) is entry:
             del self._open[key]
+            opening = self._opening.get(key)
+            if opening is not None and not opening.locked():  # credentials rotate: no leak
+                del self._opening[key]
         entry.alive = False
         entry.closing.set()
         with contextlib.suppress(BaseException):
