@@ -9,51 +9,47 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class CredentialRegistrySettings(BaseSettings):
-    """The development Credential Registry (`vagent-credentials`)."""
+class StandInSettings(BaseSettings):
+    """What every stand-in reads alike: exact names, unknown variables ignored, empty as unset."""
 
     model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
+
+    LOG_LEVEL: str = "INFO"
+
+
+class CredentialRegistrySettings(StandInSettings):
+    """The development Credential Registry (`vagent-credentials`)."""
 
     CREDENTIALS_HOST: str = "127.0.0.1"
     CREDENTIALS_PORT: int = Field(default=8091, ge=1, le=65535)
     CREDENTIALS_POLICY_FILE: Path = Path("deploy/dev/credentials.yaml")
     #: If set, callers must send it as `Authorization: Bearer ...`.
     CREDENTIAL_REGISTRY_TOKEN: SecretStr | None = None
-    LOG_LEVEL: str = "INFO"
 
 
-class TicketsSettings(BaseSettings):
+class TicketsSettings(StandInSettings):
     """The demo ticket service (`vagent-tickets`), which authenticates people by API key."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
 
     TICKETS_HOST: str = "127.0.0.1"
     TICKETS_PORT: int = Field(default=8092, ge=1, le=65535)
     #: Who owns which API key, and the demo tickets to start with.
     TICKETS_SEED_FILE: Path = Path("deploy/dev/tickets.yaml")
     TICKETS_DB_PATH: Path = Path(".data/tickets.db")
-    LOG_LEVEL: str = "INFO"
 
 
-class AcpSettings(BaseSettings):
+class AcpSettings(StandInSettings):
     """The development AccessControlProvider (`vagent-acp`)."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
 
     ACP_HOST: str = "127.0.0.1"
     ACP_PORT: int = Field(default=8090, ge=1, le=65535)
     ACP_POLICY_FILE: Path = Path("deploy/dev/acp-policy.yaml")
-    LOG_LEVEL: str = "INFO"
 
 
-class CalendarSettings(BaseSettings):
+class CalendarSettings(StandInSettings):
     """The demo calendar MCP server (`vagent-calendar`), which authenticates people by API key."""
-
-    model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_ignore_empty=True)
 
     CALENDAR_HOST: str = "127.0.0.1"
     CALENDAR_PORT: int = Field(default=8093, ge=1, le=65535)
     #: Who owns which API key, and the demo events to start with.
     CALENDAR_SEED_FILE: Path = Path("deploy/dev/calendar.yaml")
     CALENDAR_DB_PATH: Path = Path(".data/calendar.db")
-    LOG_LEVEL: str = "INFO"
