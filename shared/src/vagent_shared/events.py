@@ -62,16 +62,29 @@ class ErrorEvent(_Event):
     message: str
 
 
+class ImageOut(_Event):
+    """An image a tool returned, for the bot to post after the answer text (as `m.image`,
+    encrypted in an encrypted room). `data` is base64; the graph keeps it under
+    TOOL_IMAGE_MAX_BYTES and has checked its type from its bytes."""
+
+    EVENT: ClassVar[str] = "image"
+    name: str
+    mimetype: str
+    data: str
+    width: int | None = None
+    height: int | None = None
+
+
 class Done(_Event):
     """Always the last event of a stream."""
 
     EVENT: ClassVar[str] = "done"
 
 
-SSEEvent = TextChunk | Progress | HitlRequest | TextFinal | ErrorEvent | Done
+SSEEvent = TextChunk | Progress | HitlRequest | TextFinal | ImageOut | ErrorEvent | Done
 
 EVENT_TYPES: dict[str, type[_Event]] = {
-    cls.EVENT: cls for cls in (TextChunk, Progress, HitlRequest, TextFinal, ErrorEvent, Done)
+    cls.EVENT: cls for cls in (TextChunk, Progress, HitlRequest, TextFinal, ImageOut, ErrorEvent, Done)
 }
 
 

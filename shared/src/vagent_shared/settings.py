@@ -33,6 +33,13 @@ class CommonSettings(BaseSettings):
     #: Record message bodies and free-text tool arguments in audit metadata (off: their length).
     AUDIT_INCLUDE_CONTENT: bool = False
 
+    # ---- files in the conversation (docs/attachments.md) ----
+    #: The largest file the agent takes (bytes): the bot checks the declared size before it
+    #: downloads and the bytes while it downloads; the graph checks what it receives.
+    ATTACHMENT_MAX_BYTES: int = Field(default=20 * 1024 * 1024, ge=1024)
+    #: Files one turn may use (the message's own, the one it replies to, ones kept before).
+    ATTACHMENT_MAX_PER_TURN: int = Field(default=3, ge=1, le=16)
+
 
 class GraphSettings(CommonSettings):
     """Graph service settings (documented in README.md)."""
@@ -100,6 +107,18 @@ class GraphSettings(CommonSettings):
     MCP_REFRESH_SECONDS: float = Field(default=300, ge=1)
     #: The longest MCP tool result the model reads; a longer one is cut, and it says so.
     MCP_RESULT_MAX_CHARS: int = Field(default=20_000, ge=100)
+    #: The text of all files of one turn is cut to about this many tokens (it says so).
+    ATTACHMENT_MAX_TOKENS: int = Field(default=8000, ge=100)
+    #: Reading one file (a separate process, killed after this) may take this long.
+    ATTACHMENT_PARSE_TIMEOUT_SECONDS: float = Field(default=30.0, gt=0)
+    #: Memory the process reading one file may use (MiB); a zip bomb ends there, not the graph.
+    ATTACHMENT_PARSE_MEMORY_MB: int = Field(default=1024, ge=128)
+    #: `true`: images go to the model as image parts (a vision model is needed: docs/attachments.md).
+    LLM_VISION: bool = False
+    #: Images are scaled down to at most this many pixels on their longer side first.
+    IMAGE_MAX_SIDE: int = Field(default=1568, ge=64, le=8192)
+    #: An image a tool returns is posted into the room if it is at most this large (bytes).
+    TOOL_IMAGE_MAX_BYTES: int = Field(default=5 * 1024 * 1024, ge=1024)
     #: The ticket service of the demo tools list_my_tickets / create_ticket; unset: tools off.
     TICKETS_URL: str | None = None
     #: A personal tool (acting with the user's own credential, or returning the user's own
@@ -161,6 +180,14 @@ class BotSettings(CommonSettings):
     AUDIENCE_MAX_MEMBERS: int = Field(default=50, ge=2)
     #: Provider requests in flight at once while resolving a room's members.
     AUDIENCE_CONCURRENCY: int = Field(default=8, ge=1, le=100)
+    #: A file download that receives nothing for this long is given up (a stalled server).
+    ATTACHMENT_STALL_SECONDS: float = Field(default=20.0, gt=0)
+    #: Voice messages: an OpenAI-compatible `/v1/audio/transcriptions` endpoint (base URL
+    #: ending in /v1); unset: the bot says voice is not configured.
+    STT_BASE_URL: str | None = None
+    STT_MODEL: str = "whisper-1"
+    STT_API_KEY: SecretStr | None = None
+    STT_TIMEOUT_SECONDS: float = Field(default=60.0, gt=0)
 
     @field_validator("INVITE_ALLOWLIST", mode="before")
     @classmethod

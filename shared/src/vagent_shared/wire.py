@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vagent_shared.access import AcContext
+from vagent_shared.attachments import Attachment
 from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
 
@@ -42,12 +43,21 @@ class BotMessage(BaseModel):
         return SessionId.parse(self.session_id)
 
 
+#: Files one request may carry at most, whatever the graph's ATTACHMENT_MAX_PER_TURN says.
+WIRE_MAX_ATTACHMENTS = 16
+
+
 class ProcessMessageRequest(BotMessage):
     """`POST /api/v1/process_message`: the message plus who sends it, and who else reads
-    the answer (`audience`: the other joined members of a group room; None in a DM)."""
+    the answer (`audience`: the other joined members of a group room; None in a DM).
+
+    `attachments`: files that come with the message (docs/api.md). With an empty
+    `message` they are kept in the session for its next question (a file sent alone in a
+    DM), and the answer only says so."""
 
     ac_context: AcContext
     audience: Audience | None = None
+    attachments: list[Attachment] = Field(default_factory=list, max_length=WIRE_MAX_ATTACHMENTS)
 
 
 class FeedbackRequest(BaseModel):
