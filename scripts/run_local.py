@@ -9,7 +9,9 @@ development AccessControlProvider with the demo policy, the DEVELOPMENT Credenti
 ticket tools use with each user's own key, and the demo calendar MCP server
 (`vagent-calendar`, deploy/dev/calendar.yaml, its database in .data/calendar.db), whose tools
 the demo agent (AGENT_DESCRIPTOR=deploy/dev/agent.yaml unless set; its `mcp_servers:` url is
-CALENDAR_MCP_URL, set to this server) calls with each user's own key; the demo documents and
+CALENDAR_MCP_URL, set to this server) calls with each user's own key; the speech-to-text
+stand-in (`vagent-stt`, the bot's STT_BASE_URL unless set: it answers a WAV's comment, so
+`/voice deploy/dev/samples/voice.wav` in `make chat` asks a question); the demo documents and
 entities (deploy/dev/knowledge, ingested with `vagent docs`; unchanged ones are skipped), the
 graph service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot.
 Their JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the
@@ -61,6 +63,7 @@ COLORS = {
     "creds": "\033[32m",
     "tickets": "\033[34m",
     "calendar": "\033[94m",
+    "stt": "\033[92m",
 }
 TAG_WIDTH = 8  # the longest tag, "calendar"
 RESET = "\033[0m"
@@ -259,6 +262,15 @@ def main() -> int:
         env.setdefault("CALENDAR_SEED_FILE", str(ROOT / "deploy/dev/calendar.yaml"))
         env.setdefault("CALENDAR_DB_PATH", str(DATA / "calendar.db"))
         env.setdefault("CALENDAR_MCP_URL", f"http://127.0.0.1:{calendar_port}/mcp")
+        # The speech-to-text stand-in (DEV ONLY) for voice messages; an STT_BASE_URL of yours
+        # wins (and then STT_API_KEY is yours to set too).
+        stt_port = env.setdefault("STT_STANDIN_PORT", "8094")
+        env.setdefault("STT_STANDIN_HOST", "127.0.0.1")
+        stt_url = f"http://127.0.0.1:{stt_port}/v1"
+        if not env.get("STT_BASE_URL"):
+            env["STT_BASE_URL"] = stt_url
+            if env.get("STT_STANDIN_API_KEY"):
+                env.setdefault("STT_API_KEY", env["STT_STANDIN_API_KEY"])
         if not env.get("AGENT_DESCRIPTOR"):
             env["AGENT_DESCRIPTOR"] = str(ROOT / "deploy/dev/agent.yaml")
         if not env.get("CREDENTIAL_CACHE_KEY"):
@@ -275,10 +287,12 @@ def main() -> int:
         creds = start("creds", "vagent-credentials", {})
         tickets = start("tickets", "vagent-tickets", {})
         calendar = start("calendar", "vagent-calendar", {})
+        stt = start("stt", "vagent-stt", {})
         wait_http(f"http://127.0.0.1:{acp_port}/health", acp, "vagent-acp")
         wait_http(f"http://127.0.0.1:{creds_port}/health", creds, "vagent-credentials")
         wait_http(f"http://127.0.0.1:{tickets_port}/health", tickets, "vagent-tickets")
         wait_http(f"http://127.0.0.1:{calendar_port}/health", calendar, "vagent-calendar")
+        wait_http(f"http://127.0.0.1:{stt_port}/health", stt, "vagent-stt")
         graph = start("graph", "vagent-graph", {})
         wait_http(f"http://127.0.0.1:{port}/health", graph, "vagent-graph")
         bot = start("bot", "vagent-bot", {})
@@ -300,6 +314,11 @@ def main() -> int:
         calendar_note = ""
         if env["CALENDAR_MCP_URL"] != calendar_url:
             calendar_note = f"; the agent uses {env['CALENDAR_MCP_URL']}"
+        stt_note = (
+            "stand-in: answers a WAV's comment"
+            if env["STT_BASE_URL"] == stt_url
+            else f"the bot uses {env['STT_BASE_URL']}"
+        )
         # The CLIs default to port 6379: name our Redis (a REDIS_URL of yours is yours to pass,
         # and may hold a password, so it is not printed).
         redis_env = "" if redis_given else f"REDIS_URL={env['REDIS_URL']} "
@@ -321,6 +340,7 @@ vagent is running.
   credentials     {creds_url}   (DEVELOPMENT registry; policy: {env["CREDENTIALS_POLICY_FILE"]}{creds_note})
   tickets         http://127.0.0.1:{tickets_port}   (demo ticket service; data: {env["TICKETS_DB_PATH"]})
   calendar        {calendar_url}   (demo calendar MCP server; data: {env["CALENDAR_DB_PATH"]}{calendar_note})
+  speech-to-text  {stt_url}   ({stt_note})
   agent           {env["AGENT_DESCRIPTOR"]}   (AGENT_DESCRIPTOR)
   audit trail     `{redis_env}.venv/bin/vagent audit tail` (Redis stream {audit_stream})
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
@@ -332,6 +352,9 @@ CHAT_PASSWORD=bob-password make chat): each sees only their own; carol has no ke
 Try "what is on my calendar on 2026-12-01?" (alice and bob see only their own events; carol is
 never offered the calendar) and "book a design review with @bob:localhost on 2026-12-01 at 10:00"
 (it asks first; "yes" books it).
+Files and voice in `make chat`: `/file deploy/dev/samples/report.pdf what is the outlook?`,
+`/file deploy/dev/samples/screenshot.png what went wrong?` and
+`/voice deploy/dev/samples/voice.wav` (the stand-in hears "What is on my calendar today?").
 Then see who did what: `{redis_env}.venv/bin/vagent audit tail`.
 Ctrl-C stops everything.
 """)

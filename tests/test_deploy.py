@@ -33,7 +33,13 @@ import starlark  # starlark-pyo3, from requirements/dev.txt
 import yaml
 from pydantic import SecretStr
 
-from vagent_dev.settings import AcpSettings, CalendarSettings, CredentialRegistrySettings, TicketsSettings
+from vagent_dev.settings import (
+    AcpSettings,
+    CalendarSettings,
+    CredentialRegistrySettings,
+    SttSettings,
+    TicketsSettings,
+)
 from vagent_shared.access import Resource
 from vagent_shared.settings import BotSettings, GraphSettings
 
@@ -45,7 +51,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 TILTFILE = ROOT / "Tiltfile"
 DOCKERFILES = {"graph": ROOT / "graph" / "Dockerfile", "bot": ROOT / "bot" / "Dockerfile"}
 # The development stand-ins' image (vagent-acp, vagent-credentials, vagent-tickets,
-# vagent-calendar).
+# vagent-calendar, vagent-stt).
 DEV_DOCKERFILE = ROOT / "dev" / "Dockerfile"
 REDIS_DOCKERFILE = ROOT / "deploy" / "redis" / "Dockerfile"
 KNOWLEDGE = ROOT / "deploy" / "dev" / "knowledge"
@@ -59,6 +65,7 @@ ACP_ENV = set(AcpSettings.model_fields)
 CREDENTIALS_ENV = set(CredentialRegistrySettings.model_fields)
 TICKETS_ENV = set(TicketsSettings.model_fields)
 CALENDAR_ENV = set(CalendarSettings.model_fields)
+STT_ENV = set(SttSettings.model_fields)
 # ... and the one exception, for the graph only: CALENDAR_MCP_URL is not a GraphSettings
 # field. The graph reads it solely through the demo agent descriptor (deploy/dev/agent.yaml,
 # `mcp_servers: - url: ${CALENDAR_MCP_URL}`; ${VAR} is expanded from the environment when the
@@ -75,6 +82,8 @@ SECRET_ENV = {
     "MATRIX_ACCESS_TOKEN",
     "CREDENTIAL_REGISTRY_TOKEN",
     "CREDENTIAL_CACHE_KEY",
+    "STT_API_KEY",
+    "STT_STANDIN_API_KEY",
 }
 SECRET_NAME = "vagent-secrets"
 # Settings the deployment files must set (compose and k8s), beyond the ones pinned by
@@ -124,6 +133,7 @@ WORKLOADS = {
     "vagent-credentials": (CREDENTIALS_ENV, "vagent-credentials", 8091),
     "vagent-tickets": (TICKETS_ENV, "vagent-tickets", 8092),
     "vagent-calendar": (CALENDAR_ENV, "vagent-calendar", 8093),
+    "vagent-stt": (STT_ENV, "vagent-stt", 8094),
 }
 # The development stand-ins (dev overlay and compose profile only): workload -> (compose
 # service, the env naming its address, its file setting, the file in deploy/dev, the
@@ -149,6 +159,9 @@ DEV_SERVICES = {
         "/mcp",
     ),
 }
+# The speech-to-text stand-in serves no file, so it is not in DEV_SERVICES: workload -> (compose
+# service, the env naming its address, the bot setting that points at it, the path it ends with).
+DEV_STT = ("vagent-stt", "stt", "STT_STANDIN_HOST", "STT_BASE_URL", "/v1")
 # The stand-ins that keep a database: workload -> the setting naming its file.
 DEV_DATABASES = {"vagent-tickets": "TICKETS_DB_PATH", "vagent-calendar": "CALENDAR_DB_PATH"}
 DEV_DIR = ROOT / "deploy" / "dev"
@@ -405,6 +418,7 @@ def _secret_settings() -> set[str]:
             CredentialRegistrySettings,
             TicketsSettings,
             CalendarSettings,
+            SttSettings,
         )
         for name, field in cls.model_fields.items()
         if field.annotation is SecretStr or SecretStr in get_args(field.annotation)
@@ -444,6 +458,7 @@ def test_expected_files_exist() -> None:
         "k8s/overlays/dev/credential-registry.yaml",
         "k8s/overlays/dev/ticket-service.yaml",
         "k8s/overlays/dev/calendar-service.yaml",
+        "k8s/overlays/dev/stt-service.yaml",
         "k8s/overlays/dev/credentials.yaml",
         "k8s/overlays/dev/tickets.yaml",
         "k8s/overlays/dev/calendar.yaml",
@@ -886,6 +901,26 @@ def test_dev_graph_uses_the_dev_registry_ticket_service_and_calendar() -> None:
         assert "emptyDir" in volume or "persistentVolumeClaim" in volume, name
 
 
+def test_dev_bot_uses_the_stt_stand_in() -> None:
+    """The dev overlay's speech-to-text stand-in: a Deployment + Service in the stand-ins'
+    image, listening on the pod's address, and the bot's STT_BASE_URL (from vagent-config)
+    points at it; prod has neither."""
+    name, _, host_env, url_env, url_path = DEV_STT
+    docs = rendered("dev")
+    workload = _workloads(docs)[name]
+    assert workload["kind"] == "Deployment"
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == name]
+    assert service["spec"]["selector"] == workload["spec"]["selector"]["matchLabels"]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "vagent-dev:dev", f"{name} ships in the stand-ins' image"
+    assert {e["name"]: e.get("value") for e in container["env"]}[host_env] == "0.0.0.0"
+    port = service["spec"]["ports"][0]["port"]
+    assert _config_value(docs, "vagent-config", url_env) == f"http://{name}:{port}{url_path}"
+    bot = _env_by_name(_workloads(docs)["vagent-bot"]["spec"]["template"]["spec"]["containers"][0])
+    ref = bot[url_env]["valueFrom"]["configMapKeyRef"]
+    assert re.sub(r"-[a-z0-9]{10}$", "", ref["name"]) == "vagent-config" and ref["key"] == url_env, ref
+
+
 def _descriptor_vars() -> set[str]:
     """The ${VAR}s of the demo agent descriptor (expanded from the graph's environment)."""
     return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", DEV_AGENT.read_text()))
@@ -939,13 +974,14 @@ def test_dev_overlay_mirrors_are_byte_equal(name: str) -> None:
 def test_prod_has_no_dev_stand_ins() -> None:
     docs = rendered("prod")
     names = {d["metadata"]["name"] for d in docs} | {_base_name(d) for d in docs}
-    for name in [*DEV_SERVICES, "vagent-agent"]:
+    for name in [*DEV_SERVICES, DEV_STT[0], "vagent-agent"]:
         assert not {n for n in names if n.startswith(name)}, f"{name} must not reach prod"
     config = [d for d in docs if d["kind"] == "ConfigMap" and _base_name(d) == "vagent-config"]
     for cm in config:
         data = cm.get("data", {})
         assert "TICKETS_URL" not in data, "the demo ticket service is dev only"
         assert "CALENDAR_MCP_URL" not in data, "the demo calendar MCP server is dev only"
+        assert "vagent-stt" not in str(data.get("STT_BASE_URL", "")), "the STT stand-in is dev only"
         assert "vagent-credentials" not in str(data.get("CREDENTIAL_REGISTRY_URL", "")), (
             "prod must use the organisation's Credential Registry"
         )
@@ -1038,7 +1074,7 @@ def test_compose_services_and_profiles() -> None:
     services = _compose()["services"]
     for name in ("redis", "graph", "bot"):
         assert name in services and not services[name].get("profiles"), name
-    for name in ("acp", "synapse", "knowledge", "credentials", "tickets", "calendar"):
+    for name in ("acp", "synapse", "knowledge", "credentials", "tickets", "calendar", "stt"):
         assert services[name]["profiles"] == ["dev"], name
     assert services["redis"]["image"] == "vagent-redis:local"
     assert (ROOT / services["redis"]["build"]["context"]).resolve() == REDIS_DOCKERFILE.parent
@@ -1079,6 +1115,7 @@ def test_compose_build_dockerfiles_exist() -> None:
         ("credentials", CREDENTIALS_ENV),
         ("tickets", TICKETS_ENV),
         ("calendar", CALENDAR_ENV),
+        ("stt", STT_ENV),
     ],
 )
 def test_compose_env_names(service: str, allowed: set[str]) -> None:
@@ -1181,6 +1218,28 @@ def test_compose_dev_stand_ins(workload: str) -> None:
             str(v).split(":")[0] for v in service["volumes"] if db.startswith(str(v).split(":")[1] + "/")
         )
         assert volume in compose["volumes"], f"the {name} database must be on a named volume"
+
+
+def test_compose_stt_stand_in() -> None:
+    """stt: dev profile only, the stand-ins' image, reachable from the other containers,
+    published on the host's loopback only, healthy when its own port answers; the bot's
+    STT_BASE_URL defaults to it, and an empty value (`-`, not `:-`) turns voice off."""
+    workload, name, host_env, url_env, url_path = DEV_STT
+    services = _compose()["services"]
+    service = services[name]
+    _, command, port = WORKLOADS[workload]
+    assert service["profiles"] == ["dev"] and service["command"] in ([command], command)
+    assert service["image"] == "vagent-dev:local"
+    build = service["build"]
+    assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DEV_DOCKERFILE
+    env = _compose_env(service)
+    assert env[host_env] == "0.0.0.0" and str(env[host_env.replace("_HOST", "_PORT")]) == str(port)
+    assert [str(p) for p in service["ports"]] == [f"127.0.0.1:{port}:{port}"]
+    check = " ".join(service["healthcheck"]["test"])
+    assert f"127.0.0.1:{port}/health" in check, check
+    bot = _compose_env(services["bot"])
+    assert bot[url_env] == f"${{{url_env}-http://{name}:{port}{url_path}}}", bot[url_env]
+    assert "stt" not in (services["bot"].get("depends_on") or {}), "the bot must not need the dev profile"
 
 
 def test_compose_graph_runs_the_demo_agent() -> None:
@@ -1324,11 +1383,13 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert "8091:8091" in forwards["vagent-credentials"] or "8091" in forwards["vagent-credentials"]
     assert "8092:8092" in forwards["vagent-tickets"] or "8092" in forwards["vagent-tickets"]
     assert "8093:8093" in forwards["vagent-calendar"] or "8093" in forwards["vagent-calendar"]
+    assert "8094:8094" in forwards["vagent-stt"] or "8094" in forwards["vagent-stt"]
     # every dev stand-in is a Tilt resource of its own, labelled like the rest
     assert set(DEV_SERVICES) <= set(resources)
-    # the graph waits for the stand-ins it is pointed at
+    # the graph waits for the stand-ins it is pointed at, the bot for the STT stand-in
     pointed = {name for name, spec in DEV_SERVICES.items() if spec[4] is not None}
     assert pointed <= set(resources["vagent-graph"]["resource_deps"])
+    assert DEV_STT[0] in resources and DEV_STT[0] in resources["vagent-bot"]["resource_deps"]
     assert {tuple(kw.get("labels", [])) for kw in resources.values()} == {("vagent",)}
     for kw in resources.values():
         assert set(kw.get("resource_deps", [])) <= workloads
@@ -1429,7 +1490,14 @@ def test_dockerfile(service: str) -> None:
     assert f"vagent-{service}" in (scripts or {}), f"{service}/pyproject.toml lacks vagent-{service}"
 
 
-STAND_INS = ("vagent-acp", "vagent-credentials", "vagent-tickets", "vagent-calendar", "vagent-chat")
+STAND_INS = (
+    "vagent-acp",
+    "vagent-credentials",
+    "vagent-tickets",
+    "vagent-calendar",
+    "vagent-stt",
+    "vagent-chat",
+)
 
 
 def test_product_images_hold_no_stand_in() -> None:
@@ -1456,7 +1524,7 @@ def test_dev_dockerfile() -> None:
     users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     exposed = {p for ln in lines if ln.startswith("EXPOSE ") for p in ln.split()[1:]}
-    assert {"8090", "8091", "8092", "8093"} <= exposed
+    assert {"8090", "8091", "8092", "8093", "8094"} <= exposed
     for ln in lines:
         if ln.startswith("COPY ") and "--from=" not in ln:
             for src in shlex.split(ln)[1:-1]:
@@ -1544,7 +1612,7 @@ def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
 def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     doc = (ROOT / "docs" / "deployment.md").read_text()
     used: set[str] = set()
-    for service in ("graph", "bot", "acp", "knowledge", "credentials", "tickets", "calendar"):
+    for service in ("graph", "bot", "acp", "knowledge", "credentials", "tickets", "calendar", "stt"):
         used |= set(_compose_env(_compose()["services"][service]))
     for name in sorted(used | KNOWLEDGE_ENV | AUDIENCE_ENV | CREDENTIAL_ENV | AUDIT_ENV):
         assert f"`{name}`" in doc, f"docs/deployment.md does not mention {name}"

@@ -17,7 +17,7 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_openai import ChatOpenAI
 
-from tests.support.llm_server import ScriptedLLMServer, TextResponse, split_text
+from tests.support.llm_server import ScriptedLLMServer, TextResponse, split_at, split_text
 from tests.support.sample_tools import add, get_weather
 
 
@@ -196,3 +196,54 @@ async def test_abandoned_slow_stream_is_detected(server: ScriptedLLMServer) -> N
     assert await asyncio.to_thread(server.wait_for_streams, disconnected=1, timeout=3)
     assert server.disconnected_streams == 1
     assert server.completed_streams == 0
+
+
+def _deltas(server: ScriptedLLMServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `delta` of every streamed chunk that has a choice, in order."""
+    with httpx.Client(base_url=server.base_url) as client:
+        lines = client.post("/chat/completions", json={**body, "stream": True}).text.split("\n\n")
+    events = [json.loads(line.removeprefix("data: ")) for line in lines[:-2]]
+    return [e["choices"][0]["delta"] for e in events if e["choices"]]
+
+
+def test_reasoning_streams_before_the_content(server: ScriptedLLMServer) -> None:
+    """vLLM's and DeepSeek's shape: reasoning_content deltas first, then content deltas."""
+    body = {"model": "r1", "messages": [{"role": "user", "content": "2+2?"}]}
+    server.push_reasoning("The user adds two and two.", "It is 4.", chunks=3)
+    deltas = _deltas(server, body)[1:-1]  # without the role head and the finish chunk
+    kinds = ["reasoning_content" if "reasoning_content" in d else "content" for d in deltas]
+    assert kinds == ["reasoning_content"] * 3 + ["content"] * 3
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "The user adds two and two."
+    assert "".join(d.get("content", "") for d in deltas) == "It is 4."
+    # not streamed: the message carries both fields
+    server.push_reasoning("Thinking hard.", "Done.")
+    with httpx.Client(base_url=server.base_url) as client:
+        message = client.post("/chat/completions", json=body).json()["choices"][0]["message"]
+    assert message["reasoning_content"] == "Thinking hard." and message["content"] == "Done."
+    with pytest.raises(ValueError):
+        server.push_reasoning("", "no reasoning")
+
+
+def test_text_split_inside_a_think_tag(server: ScriptedLLMServer) -> None:
+    text = "<think>plan the answer</think>The answer."
+    server.push_text(text, split_at=[3, 24, 29])
+    pieces = [d["content"] for d in _deltas(server, {"model": "q", "messages": []})[1:-1]]
+    assert pieces == ["<th", "ink>plan the answer</", "think", ">The answer."]
+    assert split_at("abc", []) == ["abc"]
+    for bad in ([0], [3], [2, 1], [1, 1]):
+        with pytest.raises(ValueError):
+            server.push_text("abc", split_at=bad)
+
+
+def test_image_parts_of_a_request(server: ScriptedLLMServer) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [
+        {"role": "system", "content": [{"type": "image_url", "image_url": {"url": "not-a-user's"}}]},
+        {"role": "user", "content": "plain text"},
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]},
+    ]
+    with httpx.Client(base_url=server.base_url) as client:
+        client.post("/chat/completions", json={"model": "v", "messages": messages})
+        client.post("/chat/completions", json={"model": "v", "messages": messages[:2]})
+    assert server.image_parts(0) == [image]
+    assert server.image_parts() == []

@@ -58,6 +58,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
             "CREDENTIALS_PORT",
             "TICKETS_PORT",
             "CALENDAR_PORT",
+            "STT_STANDIN_PORT",
         )
     }
     drop = {
@@ -83,6 +84,10 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
         "CALENDAR_MCP_URL",
         "CALENDAR_SEED_FILE",
         "CALENDAR_DB_PATH",
+        # ... and the bot at its speech-to-text stand-in
+        "STT_BASE_URL",
+        "STT_API_KEY",
+        "STT_STANDIN_API_KEY",
         "AUDIT_STREAM",
     }
     env = {k: v for k, v in os.environ.items() if k not in drop}
@@ -105,6 +110,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
         out += proc.stdout.readline()  # type: ignore[union-attr]
     assert "offline model" in out and "@alice:localhost / alice-password" in out
     assert f"http://127.0.0.1:{ports['CALENDAR_PORT']}/mcp" in out and "deploy/dev/agent.yaml" in out
+    assert f"http://127.0.0.1:{ports['STT_STANDIN_PORT']}/v1   (stand-in" in out
     yield ports
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     try:
@@ -363,3 +369,26 @@ def test_make_run_calendar_mcp_server_with_each_users_own_key(
         make_run, tmp_path, "carol", [(question, r"you don't have access to `calendar__list_events`")]
     )
     assert '"events"' not in carol.split("Ctrl-D quits")[1]
+
+
+def test_make_run_hears_the_voice_sample_and_takes_files(make_run: dict[str, int], tmp_path: Path) -> None:
+    """The speech-to-text stand-in runs in `make run` and the bot uses it: the demo voice
+    sample, sent with `/voice` in `make chat`, is heard as its comment; `/file` sends a file."""
+    samples = ROOT / "deploy" / "dev" / "samples"
+    heard = httpx.post(
+        f"http://127.0.0.1:{make_run['STT_STANDIN_PORT']}/v1/audio/transcriptions",
+        files={"file": ("voice.wav", (samples / "voice.wav").read_bytes())},
+        data={"model": "whisper-1"},
+    )
+    assert heard.json() == {"text": "What is on my calendar today?"}, heard.text
+    out = chat(
+        make_run,
+        tmp_path,
+        "alice",
+        [
+            (f"/voice {samples / 'voice.wav'}", r'🎤 "What is on my calendar today\?"'),
+            (f"/file {samples / 'report.pdf'} what is the outlook?", r"\(sent report\.pdf as m\.file"),
+        ],
+        CHAT_SAVE_DIR=str(tmp_path / "received"),
+    )
+    assert "vagent:" in out.split("Ctrl-D quits")[1]

@@ -8,9 +8,10 @@ background thread with its own event loop, so synchronous fixtures, async tests,
 benchmark scripts and child processes (via ``OPENAI_BASE_URL=server.base_url``) can all
 use it.
 
-Answers come from a FIFO script (``push_text`` / ``push_tool_calls`` / ``push_error``);
-when the script is empty a default responder answers. The initial default answers the
-plain text ``"OK"`` for every request, so un-scripted calls are deterministic and cheap.
+Answers come from a FIFO script (``push_text`` / ``push_reasoning`` / ``push_tool_calls`` /
+``push_error``); when the script is empty a default responder answers. The initial default
+answers the plain text ``"OK"`` for every request, so un-scripted calls are deterministic and
+cheap. ``image_parts`` shows what a vision model was sent.
 
 Usage::
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import math
 import re
@@ -45,10 +47,12 @@ __all__ = [
     "DefaultResponder",
     "ErrorResponse",
     "PlannedResponse",
+    "ReasoningResponse",
     "ScriptedLLMServer",
     "TextResponse",
     "ToolCallResponse",
     "ok_responder",
+    "split_at",
     "split_text",
 ]
 
@@ -80,16 +84,59 @@ def split_text(content: str, chunks: int | None = None) -> list[str]:
     return [content[i : i + size] for i in range(0, len(content), size)]
 
 
+def split_at(content: str, offsets: Sequence[int]) -> list[str]:
+    """Split ``content`` at the given character offsets (each 0 < offset < len, ascending).
+
+    Why: a test can cut a stream exactly where a client must cope with it, e.g. inside
+    ``<think>`` (``split_at("<think>x</think>y", [3, 10])`` -> ``["<th", "ink>x</", "think>y"]``).
+    """
+    cuts = list(offsets)
+    if any(not 0 < c < len(content) for c in cuts) or cuts != sorted(set(cuts)):
+        raise ValueError(f"split offsets must ascend strictly inside 1..{len(content) - 1}: {cuts}")
+    bounds = [0, *cuts, len(content)]
+    return [content[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _pieces(content: str, chunks: int | None, offsets: Sequence[int] | None) -> list[str]:
+    return split_at(content, offsets) if offsets is not None else split_text(content, chunks)
+
+
 @dataclass(frozen=True)
 class TextResponse:
-    """A plain assistant text answer, streamed in ``chunks`` pieces ``delay`` s apart."""
+    """A plain assistant text answer, streamed in ``chunks`` pieces ``delay`` s apart, or cut
+    at the character offsets ``split_at`` (which wins over ``chunks``)."""
 
+    content: str
+    chunks: int | None = None
+    delay: float = 0.0
+    split_at: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """Reject bad values at push time rather than inside the server thread."""
+        if self.chunks is not None and self.chunks < 1:
+            raise ValueError("chunks must be >= 1")
+        if self.delay < 0:
+            raise ValueError("delay must be >= 0")
+        if self.split_at is not None:
+            split_at(self.content, self.split_at)  # raises on bad offsets
+
+
+@dataclass(frozen=True)
+class ReasoningResponse:
+    """A reasoning model's answer, as vLLM and DeepSeek stream it: ``reasoning`` first, as
+    ``delta.reasoning_content`` pieces, then ``content`` as ``delta.content`` pieces (each
+    split like ``TextResponse``: per word, or in ``chunks`` pieces). Not streamed, the message
+    carries both fields."""
+
+    reasoning: str
     content: str
     chunks: int | None = None
     delay: float = 0.0
 
     def __post_init__(self) -> None:
         """Reject bad values at push time rather than inside the server thread."""
+        if not self.reasoning:
+            raise ValueError("reasoning must not be empty (use TextResponse)")
         if self.chunks is not None and self.chunks < 1:
             raise ValueError("chunks must be >= 1")
         if self.delay < 0:
@@ -146,7 +193,9 @@ class _DropConnection(Exception):
     """Raised inside the ASGI app to make uvicorn abort the response mid-body."""
 
 
-PlannedResponse: TypeAlias = TextResponse | ToolCallResponse | ErrorResponse | BrokenStream
+PlannedResponse: TypeAlias = (
+    TextResponse | ReasoningResponse | ToolCallResponse | ErrorResponse | BrokenStream
+)
 DefaultResponder: TypeAlias = Callable[[JSON], PlannedResponse]
 
 
@@ -209,11 +258,17 @@ class _Rendered:
     content_pieces: list[str]
     tool_calls: list[tuple[str, str, str]] = field(default_factory=list)  # id, name, args
     delay: float = 0.0
+    reasoning_pieces: list[str] = field(default_factory=list)
 
     @property
     def content(self) -> str:
         """Full assistant text."""
         return "".join(self.content_pieces)
+
+    @property
+    def reasoning(self) -> str:
+        """Full reasoning text ("" for a model that does not reason)."""
+        return "".join(self.reasoning_pieces)
 
     @property
     def finish_reason(self) -> str:
@@ -222,16 +277,22 @@ class _Rendered:
 
     def completion_tokens(self) -> int:
         """Rough completion token count: answer words plus argument words, at least 1."""
-        count = len(self.content.split())
+        count = len(self.content.split()) + len(self.reasoning.split())
         for _id, name, args in self.tool_calls:
             count += 1 + len(name.split()) + len(args.split())
         return max(1, count)
 
 
-def _render(planned: TextResponse | ToolCallResponse) -> _Rendered:
+def _render(planned: TextResponse | ReasoningResponse | ToolCallResponse) -> _Rendered:
     """Turn a planned response into concrete pieces, generating tool-call ids."""
     if isinstance(planned, TextResponse):
-        return _Rendered(split_text(planned.content, planned.chunks), delay=planned.delay)
+        return _Rendered(_pieces(planned.content, planned.chunks, planned.split_at), delay=planned.delay)
+    if isinstance(planned, ReasoningResponse):
+        return _Rendered(
+            split_text(planned.content, planned.chunks),
+            delay=planned.delay,
+            reasoning_pieces=split_text(planned.reasoning, planned.chunks),
+        )
     calls = [
         (f"call_{uuid.uuid4().hex[:24]}", name, json.dumps(args, ensure_ascii=False))
         for name, args in planned.calls
@@ -413,9 +474,23 @@ class ScriptedLLMServer:
         with self._lock:
             self._script.extend(responses)
 
-    def push_text(self, content: str, chunks: int | None = None, delay: float = 0.0) -> None:
-        """Script a text answer; streamed per word (or in ``chunks`` pieces) ``delay`` s apart."""
-        self.push(TextResponse(content, chunks, delay))
+    def push_text(
+        self,
+        content: str,
+        chunks: int | None = None,
+        delay: float = 0.0,
+        split_at: Sequence[int] | None = None,
+    ) -> None:
+        """Script a text answer; streamed per word (or in ``chunks`` pieces, or cut at the
+        character offsets ``split_at``, e.g. inside a ``<think>`` tag) ``delay`` s apart."""
+        self.push(TextResponse(content, chunks, delay, None if split_at is None else tuple(split_at)))
+
+    def push_reasoning(
+        self, reasoning: str, content: str, chunks: int | None = None, delay: float = 0.0
+    ) -> None:
+        """Script a reasoning model's answer: ``reasoning`` streamed as ``reasoning_content``
+        deltas, then ``content`` as ``content`` deltas (vLLM, DeepSeek)."""
+        self.push(ReasoningResponse(reasoning, content, chunks, delay))
 
     def push_tool_calls(self, calls: list[tuple[str, dict[str, Any]]], content: str = "") -> None:
         """Script one assistant turn calling the given ``(name, arguments)`` tools."""
@@ -476,6 +551,20 @@ class ScriptedLLMServer:
             if isinstance(name, str):
                 names.append(name)
         return names
+
+    def image_parts(self, i: int = -1) -> list[JSON]:
+        """The ``image_url`` content parts of every user message of request ``i``, in order
+        (empty when it sent no image): what a vision model was shown."""
+        with self._lock:
+            request = self._requests[i]
+        parts: list[JSON] = []
+        for message in request.get("messages") or []:
+            if not isinstance(message, dict) or message.get("role") != "user":
+                continue
+            content = message.get("content")
+            if isinstance(content, list):
+                parts += [p for p in content if isinstance(p, dict) and p.get("type") == "image_url"]
+        return parts
 
     @property
     def disconnected_streams(self) -> int:
@@ -670,6 +759,8 @@ class ScriptedLLMServer:
             "content": rendered.content,
             "refusal": None,
         }
+        if rendered.reasoning_pieces:
+            message["reasoning_content"] = rendered.reasoning
         if rendered.tool_calls:
             message["content"] = rendered.content or None
             message["tool_calls"] = [
@@ -716,7 +807,8 @@ class ScriptedLLMServer:
             )
 
         head = [chunk({"role": "assistant", "content": ""})]
-        pieces = [chunk({"content": piece}) for piece in rendered.content_pieces]
+        pieces = [chunk({"reasoning_content": piece}) for piece in rendered.reasoning_pieces]
+        pieces += [chunk({"content": piece}) for piece in rendered.content_pieces]
         for index, (cid, name, args) in enumerate(rendered.tool_calls):
             first = {
                 "index": index,

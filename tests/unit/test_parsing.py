@@ -3,12 +3,15 @@ that cannot be ingested (sample files in tests/fixtures/docs/)."""
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.files import docx_with_text, zip_bomb_docx, zip_of
 from vagent_graph.knowledge.parsing import (
     DocumentError,
     ParsedDocument,
@@ -19,7 +22,7 @@ from vagent_graph.knowledge.parsing import (
 from vagent_shared.knowledge import DocumentFormat
 
 DOCS = Path(__file__).resolve().parent.parent / "fixtures" / "docs"
-FORMATS: tuple[DocumentFormat, ...] = ("markdown", "text", "html", "pdf")
+FORMATS: tuple[DocumentFormat, ...] = ("markdown", "text", "html", "pdf", "docx")
 
 
 def parse_fixture(name: str) -> ParsedDocument:
@@ -388,7 +391,7 @@ def test_error_messages_sanitise_the_file_name() -> None:
 
 def test_unknown_format_argument_is_a_document_error() -> None:
     with pytest.raises(DocumentError, match="unknown format"):
-        parse_document(b"x", "docx", "a.docx")  # type: ignore[arg-type]
+        parse_document(b"x", "odt", "a.odt")  # type: ignore[arg-type]
 
 
 # --- fuzz: nothing but DocumentError escapes --------------------------------------------------
@@ -433,3 +436,103 @@ def test_random_markup_gives_a_document_or_a_document_error(parts: list[str], fm
 def test_damaged_pdfs_give_a_document_or_a_document_error(tail: bytes) -> None:
     report = (DOCS / "report.pdf").read_bytes()
     parse_or_reject(report[: len(report) // 2] + tail, "pdf")
+
+
+# --- Word (.docx) -----------------------------------------------------------------------------
+
+WORD = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+def docx(
+    paragraphs: list[str], name: str = "notes.docx", table: list[list[str]] | None = None
+) -> ParsedDocument:
+    return parse_document(docx_with_text(paragraphs, table=table), "docx", name)
+
+
+@pytest.mark.parametrize(("filename", "content_type"), [("Minutes.DOCX", None), ("upload.bin", WORD)])
+def test_word_documents_are_recognised_by_extension_and_content_type(
+    filename: str, content_type: str | None
+) -> None:
+    assert detect_format(filename, content_type) == "docx"
+
+
+def test_unsupported_format_message_names_word_too() -> None:
+    with pytest.raises(DocumentError, match=r"Word \(\.docx\)"):
+        detect_format("slides.pptx")
+
+
+def test_word_headings_make_nested_sections_like_markdown() -> None:
+    doc = docx(
+        ["Before any heading.", "# Handbook", "Welcome.", "## Travel", "Book trains.", "# Holidays", "Two."]
+    )
+    assert doc.format == "docx"
+    assert doc.title == "Handbook"
+    assert [(s.headings, s.text) for s in doc.sections] == [
+        ((), "Before any heading."),
+        (("Handbook",), "Welcome."),
+        (("Handbook", "Travel"), "Book trains."),
+        (("Holidays",), "Two."),
+    ]
+
+
+def test_word_paragraphs_are_separated_and_tables_read_row_by_row() -> None:
+    doc = docx(["Prices", "All in EUR."], table=[["Plan", "Price"], ["Basic", "10"], ["Pro", "25"]])
+    assert doc.sections[0].text == "Prices\n\nAll in EUR.\n\nPlan | Price\nBasic | 10\nPro | 25"
+
+
+def test_word_title_style_is_the_title_above_the_headings() -> None:
+    from docx import Document
+
+    document = Document()
+    document.add_heading("Quarterly report", level=0)  # the "Title" style
+    document.add_heading("Revenue", level=1)
+    document.add_paragraph("Grew 12%.")
+    out = io.BytesIO()
+    document.save(out)
+    doc = parse_document(out.getvalue(), "docx", "q3.docx")
+    assert doc.title == "Quarterly report"
+    assert doc.sections[-1] == Section(("Quarterly report", "Revenue"), "Grew 12%.")
+
+
+def test_word_title_falls_back_to_the_file_name() -> None:
+    assert docx(["Just a line."], name="team/minutes-2024.docx").title == "minutes-2024"
+
+
+def test_word_document_without_text_says_so() -> None:
+    with pytest.raises(DocumentError, match=r"^blank\.docx: the document contains no text$"):
+        docx(["", "   "], name="blank.docx")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"PK\x03\x04 not really a zip",
+        zip_of({"word/document.xml": b"<not xml"}),
+        zip_of({"readme.txt": b"a zip, but not a Word document"}),
+    ],
+    ids=["not-a-zip", "broken-xml", "other-zip"],
+)
+def test_damaged_word_documents_are_a_clear_error(data: bytes) -> None:
+    with pytest.raises(DocumentError, match=r"^bad\.docx: not a readable Word document"):
+        parse_document(data, "docx", "bad.docx")
+
+
+def test_truncated_word_document_is_a_clear_error() -> None:
+    whole = docx_with_text(["Some text that is long enough to matter."] * 20)
+    with pytest.raises(DocumentError, match="not a readable Word document"):
+        parse_document(whole[: len(whole) // 2], "docx", "cut.docx")
+
+
+def test_zip_bomb_is_refused_from_the_zip_directory_without_unpacking() -> None:
+    bomb = zip_bomb_docx()  # 1 MB holding 1 GiB of spaces
+    started = time.perf_counter()
+    with pytest.raises(DocumentError) as error:
+        parse_document(bomb, "docx", "bomb.docx")
+    assert time.perf_counter() - started < 1  # inflating it would take seconds and 1 GiB
+    assert str(error.value).startswith("bomb.docx: it looks like a zip bomb (it would unpack to 1,024 MB")
+
+
+def test_many_small_parts_also_count_as_a_zip_bomb() -> None:
+    parts = {f"word/media/{n}.bin": b"" for n in range(10_001)}
+    with pytest.raises(DocumentError, match="zip bomb"):
+        parse_document(zip_of({"word/document.xml": b"<x/>", **parts}), "docx", "many.docx")

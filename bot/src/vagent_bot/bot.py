@@ -114,6 +114,7 @@ class VagentBot:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.conversations.files.aclose()
 
     def sync_alive(self, max_age: float = 90.0) -> bool:
         return self.sync.alive(max_age)

@@ -7,6 +7,9 @@ closed), the room's audience resolved afresh, an `Answer` in the user's thread o
 chain, and the graph's stream relayed into it. Every failure ends in one short message.
 Relaying includes the asking side of a question: the graph's HitlRequest is shown and saved
 (`hitl_store`); the answer comes back later as a message or a reaction (`questions`).
+Files come with a question (`turn_files`: downloaded only once access is granted; a voice
+message becomes its transcript, quoted back at the top of the answer), and images a tool
+returned are posted after the answer's text (`images_out`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import structlog
 from nio import AsyncClient
@@ -23,15 +27,28 @@ from vagent_bot import metrics, rooms
 from vagent_bot.access import AccessProvider, AccessResult
 from vagent_bot.audience import RoomAudience, audience_applies, joined_members
 from vagent_bot.commands import help_text, parse_command
+from vagent_bot.downloads import MediaDownloader, MediaRefused
 from vagent_bot.edit_pacing import EditThrottle
 from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
 from vagent_bot.hitl_store import HitlStore
+from vagent_bot.images_out import post_image
+from vagent_bot.media import heard_line, video_refusal
 from vagent_bot.routing import IncomingMessage
 from vagent_bot.streaming import Answer
 from vagent_bot.tenants import Tenants
+from vagent_bot.transcribe import Transcriber, TranscriptionFailed
+from vagent_bot.turn_files import TurnFiles, TurnInput
 from vagent_shared import redis_keys
-from vagent_shared.events import ErrorEvent, HitlRequest, Progress, SSEEvent, TextChunk, TextFinal
+from vagent_shared.events import (
+    ErrorEvent,
+    HitlRequest,
+    ImageOut,
+    Progress,
+    SSEEvent,
+    TextChunk,
+    TextFinal,
+)
 from vagent_shared.hitl import PendingQuestion, format_question
 from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
@@ -41,6 +58,8 @@ from vagent_shared.wire import ProcessMessageRequest
 log = structlog.get_logger(__name__)
 
 BUSY_RETRY_SECONDS = 120.0
+#: Refusals that start with their own emoji (🎤, 🎬) get no ⚠️ in front.
+_EMOJI = frozenset("🎤🎬")
 THREAD_MARK_TTL = 30 * 24 * 3600
 
 #: Opens the graph's stream for one turn (a new message, or the answer to a question).
@@ -60,10 +79,17 @@ class Conversations:
         flood: FloodControl,
         hitl: HitlStore,
         tenants: Tenants,
+        files: TurnFiles | None = None,
     ) -> None:
         self.settings, self.client, self.redis = settings, client, redis
         self.graph, self.access, self.flood = graph, access, flood
         self.hitl, self.tenants = hitl, tenants
+        self.files = files or TurnFiles(
+            client,
+            MediaDownloader.for_client(client, settings),
+            Transcriber.from_settings(settings),
+            max_per_turn=settings.ATTACHMENT_MAX_PER_TURN,
+        )
         self.audience = RoomAudience(
             list_joined=lambda room_id: joined_members(client, room_id),
             fetch=access.context,
@@ -126,8 +152,11 @@ class Conversations:
         text: str,
         access: AccessResult,
         audience: asyncio.Future[Audience | None] | None,
+        *,
+        replied_event: dict[str, Any] | None = None,
     ) -> None:
-        """A message the user may send: a command, a refusal (flood, length) or the graph's answer."""
+        """A message the user may send: a command, a refusal (flood, length, a file not taken) or
+        the graph's answer. `replied_event`: the event it replies to, if already fetched."""
         answer = self.answer_for(msg)
         command = parse_command(text)
         if command is not None:
@@ -136,25 +165,70 @@ class Conversations:
         if not await self.flood.allow(msg.sender):
             await answer.notice("⏳ You're sending messages too fast. Please wait a moment.")
             return
-        if len(text) > self.settings.MAX_MESSAGE_CHARS:
-            await answer.notice(
-                f"✋ That message is too long ({len(text)} characters; "
-                f"the limit is {self.settings.MAX_MESSAGE_CHARS}). Please shorten it."
-            )
+        if msg.media is not None and msg.media.kind == "video":
+            await answer.notice(video_refusal(msg.media.name))
             return
+        if not await self._short_enough(text, answer):
+            return
+        turn = await self._take_files(msg, text, answer, replied_event)
+        if turn is None or not await self._short_enough(turn.message, answer):
+            return
+        if turn.heard is not None:
+            answer.prefix = heard_line(turn.heard)
         req = ProcessMessageRequest(
             session_id=sid.format(),
             room_id=msg.room_id,
             user_id=msg.sender,
-            message=text,
+            message=turn.message,
             context={
                 "event_id": msg.event_id,
                 **({"thread_root": msg.thread_root} if msg.thread_root else {}),
             },
             ac_context=access.ac,  # type: ignore[arg-type]
             audience=await audience if audience is not None else None,
+            attachments=turn.attachments,
         )
         await self.converse(sid, answer, lambda: self.graph.process_message(req), msg.server_ts / 1000)
+
+    async def _short_enough(self, text: str, answer: Answer) -> bool:
+        if len(text) <= self.settings.MAX_MESSAGE_CHARS:
+            return True
+        await answer.notice(
+            f"✋ That message is too long ({len(text)} characters; "
+            f"the limit is {self.settings.MAX_MESSAGE_CHARS}). Please shorten it."
+        )
+        return False
+
+    async def _take_files(
+        self, msg: IncomingMessage, text: str, answer: Answer, replied_event: dict[str, Any] | None
+    ) -> TurnInput | None:
+        """The question with its files (a voice message heard); None after one short refusal."""
+        if msg.media is None and msg.in_reply_to is None:
+            return TurnInput(text)
+        try:
+            return await self.files.prepare(msg, text, replied_event)
+        except (MediaRefused, TranscriptionFailed) as exc:
+            await self._refuse(msg, answer, exc)
+            return None
+
+    async def hear(self, msg: IncomingMessage) -> str | None:
+        """A voice message's transcript (it answers the agent's pending question); None after
+        one short refusal."""
+        if msg.media is None or msg.media.kind != "audio":
+            return None
+        try:
+            return await self.files.hear(msg.media)
+        except (MediaRefused, TranscriptionFailed) as exc:
+            await self._refuse(msg, self.answer_for(msg), exc)
+            return None
+
+    async def _refuse(
+        self, msg: IncomingMessage, answer: Answer, exc: MediaRefused | TranscriptionFailed
+    ) -> None:
+        log.info("file_refused", reason=exc.reason, msgtype=msg.msgtype)
+        metrics.EVENTS.labels("file_refused").inc()
+        text = exc.user_message
+        await answer.notice(text if text[:1] in _EMOJI else f"⚠️ {text}")
 
     async def _command(self, name: str, sid: SessionId, answer: Answer) -> None:
         if name == "help":
@@ -199,8 +273,11 @@ class Conversations:
                 metrics.ANSWER_SECONDS.observe(max(0.0, time.time() - sent_at))
 
     async def _relay(self, sid: SessionId, answer: Answer, events: AsyncIterator[SSEEvent]) -> None:
+        images: list[ImageOut] = []
         async for ev in events:
-            if isinstance(ev, TextChunk):
+            if isinstance(ev, ImageOut):
+                images.append(ev)  # posted once the text above them is final
+            elif isinstance(ev, TextChunk):
                 await answer.chunk(ev.content)
             elif isinstance(ev, Progress):
                 await answer.progress(ev.content)
@@ -209,6 +286,7 @@ class Conversations:
             elif isinstance(ev, HitlRequest):
                 await answer.settle()
                 await answer.stop_typing()
+                await self._post_images(answer, images)
                 qid = await answer.notice(format_question(ev.question, ev.options))
                 pending = PendingQuestion(
                     session_id=sid.format(),
@@ -229,3 +307,22 @@ class Conversations:
             elif isinstance(ev, ErrorEvent):
                 await answer.settle()
                 await answer.notice(f"⚠️ {ev.message}")
+        if images:
+            if not answer.finalized:
+                await answer.settle()
+            await self._post_images(answer, images)
+
+    async def _post_images(self, answer: Answer, images: list[ImageOut]) -> None:
+        """Images a tool returned, after the answer text, in its thread or reply chain."""
+        for image in images:
+            event_id = await post_image(
+                self.client,
+                answer.room_id,
+                image,
+                thread_root=answer.thread_root,
+                reply_to=answer.reply_to,
+                max_bytes=self.settings.ATTACHMENT_MAX_BYTES,
+            )
+            if event_id is not None:
+                answer.sent_event_ids.append(event_id)
+        images.clear()

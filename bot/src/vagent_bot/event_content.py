@@ -45,17 +45,55 @@ def message_content(
         content["m.relates_to"] = {"rel_type": "m.replace", "event_id": replaces}
     else:
         content = dict(new)
-        if thread_root is not None:
-            content["m.relates_to"] = {
-                "rel_type": "m.thread",
-                "event_id": thread_root,
-                "is_falling_back": True,
-                "m.in_reply_to": {"event_id": reply_to or thread_root},
-            }
-        elif reply_to is not None:
-            content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
+        relation = _relation(thread_root, reply_to)
+        if relation is not None:
+            content["m.relates_to"] = relation
     if html and content_size(content) > CONTENT_MAX_BYTES:
         return message_content(
             text, thread_root=thread_root, reply_to=reply_to, replaces=replaces, notice=notice, html=False
         )
     return content
+
+
+def image_content(
+    name: str,
+    mimetype: str,
+    size: int,
+    *,
+    url: str | None = None,
+    file: dict[str, Any] | None = None,
+    width: int | None = None,
+    height: int | None = None,
+    thread_root: str | None = None,
+    reply_to: str | None = None,
+) -> dict[str, Any]:
+    """An `m.image` the bot posts (an image a tool returned): `url` in a plain room, `file` (the
+    encrypted file's url, key, iv and hashes) in an encrypted one; in the same thread or reply
+    chain as the answer it belongs to. `body` is the name, so clients show no caption."""
+    info: dict[str, Any] = {"mimetype": mimetype, "size": size}
+    if width is not None and height is not None:
+        info["w"], info["h"] = width, height
+    content: dict[str, Any] = {"msgtype": "m.image", "body": name, "info": info, "m.mentions": {}}
+    if file is not None:
+        content["file"] = file
+    else:
+        content["url"] = url
+    relation = _relation(thread_root, reply_to)
+    if relation is not None:
+        content["m.relates_to"] = relation
+    return content
+
+
+def _relation(thread_root: str | None, reply_to: str | None) -> dict[str, Any] | None:
+    """In a thread, `reply_to` is the event non-thread clients show it as a reply to (the
+    thread fallback); it defaults to the thread root."""
+    if thread_root is not None:
+        return {
+            "rel_type": "m.thread",
+            "event_id": thread_root,
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": reply_to or thread_root},
+        }
+    if reply_to is not None:
+        return {"m.in_reply_to": {"event_id": reply_to}}
+    return None

@@ -3,9 +3,10 @@
 A reaction may answer a question (`questions`); `!stop` cancels the session's running answer
 at once; any other message waits in its session's queue (`sessions`), then: pending question?
 (`questions`) -> addressed to the bot? (`routing`: pure rules) -> tenant domain -> agent
-access (silent denial, fail closed) -> command / flood / length -> stream the graph's answer
-(`conversation`), with the room's audience (`audience`: who else reads it) resolved once
-access is granted. Invites are answered here too (`invites` decides).
+access (silent denial, fail closed) -> command / flood / length -> the message's files
+(downloaded only now, after access) -> stream the graph's answer (`conversation`), with the
+room's audience (`audience`: who else reads it) resolved once access is granted. Invites are
+answered here too (`invites` decides).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)
 
+#: The access check already under way for a message (None: it is not for the bot).
+EarlyAccess = asyncio.Future[AccessResult | None] | None
 #: Tells `sync` the bot is done with an event (`SyncHandler.finished`): its lease ends.
 Finished = Callable[[str], Coroutine[Any, Any, None]]
 
@@ -132,9 +135,13 @@ class EventRouter:
         sid = session_for(msg)
         structlog.contextvars.bind_contextvars(session_id=sid.format(), event_id=msg.event_id)
         is_dm = await rooms.is_dm(self.client, msg.room_id)
-        replied_to = None
+        replied_to, replied_event = None, None
         if msg.in_reply_to and not is_dm:
-            replied_to = await rooms.sender_of(self.client, msg.room_id, msg.in_reply_to)
+            replied_event = await rooms.fetch_event(self.client, msg.room_id, msg.in_reply_to)
+            if replied_event is not None:
+                replied_to = str(replied_event.get("sender"))
+            else:  # not decryptable: who sent it still tells whether this is a reply to the bot
+                replied_to = await rooms.sender_of(self.client, msg.room_id, msg.in_reply_to)
         in_thread = bool(
             msg.thread_root and await self.redis.exists(redis_keys.bot_thread(msg.room_id, msg.thread_root))
         )
@@ -150,7 +157,7 @@ class EventRouter:
         )
         audience = self._start_audience(msg.room_id, msg.sender, is_dm, early) if early else None
         try:
-            await self._route(msg, sid, decision, is_dm, early, audience)
+            await self._route(msg, sid, decision, is_dm, early, audience, replied_event)
         finally:
             for pending_work in (early, audience):
                 if pending_work is not None and not pending_work.done():
@@ -162,16 +169,26 @@ class EventRouter:
         sid: SessionId,
         decision: Decision,
         is_dm: bool,
-        early: asyncio.Future[AccessResult | None] | None,
+        early: EarlyAccess,
         audience: asyncio.Future[Audience | None] | None,
+        replied_event: dict[str, Any] | None = None,
     ) -> None:
-        """A pending question's answer, or a new request; `early`/`audience` already under way."""
+        """A pending question's answer, or a new request; `early`/`audience` already under way.
+        A file alone is no answer; a voice message's transcript is one."""
         pending = await self.hitl.peek(sid.format())
         if pending is not None:
+            text = decision.text if msg.media is not None else decision.text or msg.body.strip()
+            if msg.media is not None and msg.media.kind == "audio":
+                text = await self._heard(msg, early) or ""
+                if not text:
+                    return
+            elif msg.media is not None and not text:
+                await self._not_an_answer(msg, early)
+                return
             await self.questions.answer_pending(
                 msg,
                 pending,
-                decision.text or msg.body.strip(),
+                text,
                 addressed=decision.answer
                 or is_dm
                 or (msg.thread_root is not None and msg.thread_root == pending.thread_root),
@@ -186,7 +203,27 @@ class EventRouter:
         if access is None:
             return
         metrics.EVENTS.labels("answered").inc()
-        await self.conversations.answer_request(msg, sid, decision.text, access, audience)
+        await self.conversations.answer_request(
+            msg, sid, decision.text, access, audience, replied_event=replied_event
+        )
+
+    async def _heard(self, msg: IncomingMessage, early: EarlyAccess) -> str | None:
+        """A voice message addressed to the bot while its question waits: its transcript is the
+        answer (heard only once the sender passed the access check)."""
+        if early is None or await early is None:
+            return None
+        return await self.conversations.hear(msg)
+
+    async def _not_an_answer(self, msg: IncomingMessage, early: EarlyAccess) -> None:
+        """A file alone while the agent's question waits: not an answer, and not taken (the
+        question comes first); the sender, if the file was for the bot, is told so."""
+        if early is None or await early is None:
+            return
+        name = msg.media.name if msg.media is not None else "that file"
+        await self.conversations.answer_for(msg).notice(
+            f"I'm still waiting for your answer to my question, so I did not take {name}. "
+            "Answer the question first, then send the file again."
+        )
 
     def _start_audience(
         self, room_id: str, sender: str, is_dm: bool, access: asyncio.Future[AccessResult | None]

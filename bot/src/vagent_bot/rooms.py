@@ -1,11 +1,18 @@
 """Facts about a room that the routing rules need and nio may not know yet: is it a DM, and
-who sent an event. Asked of nio first, of the homeserver when nio cannot say."""
+who sent an event (and what it said: a message may reply to a file). Asked of nio first, of
+the homeserver when nio cannot say."""
 
 from __future__ import annotations
 
-from nio import AsyncClient, RoomGetEventResponse
+from typing import Any
+
+import structlog
+from nio import AsyncClient, MegolmEvent, RoomGetEventResponse
+from nio.exceptions import EncryptionError
 
 from vagent_bot.audience import joined_members
+
+log = structlog.get_logger(__name__)
 
 
 async def is_dm(client: AsyncClient, room_id: str) -> bool:
@@ -31,3 +38,26 @@ async def sender_of(client: AsyncClient, room_id: str, event_id: str) -> str | N
     """Who sent `event_id` (a reply to the bot is addressed to it); None when it cannot be fetched."""
     resp = await client.room_get_event(room_id, event_id)
     return str(resp.event.sender) if isinstance(resp, RoomGetEventResponse) else None
+
+
+async def fetch_event(client: AsyncClient, room_id: str, event_id: str) -> dict[str, Any] | None:
+    """The JSON of `event_id` in `room_id` as its members read it: decrypted in an encrypted
+    room. None when it cannot be fetched or decrypted (no key), or names another room: a
+    reply's file is only ever taken from the room the reply is in."""
+    resp = await client.room_get_event(room_id, event_id)
+    if not isinstance(resp, RoomGetEventResponse):
+        return None
+    event: Any = resp.event
+    if isinstance(event, MegolmEvent):
+        event.room_id = room_id  # nio decrypts with the room id the event says it is in
+        try:
+            event = client.decrypt_event(event)
+        except EncryptionError:
+            log.info("replied_event_undecryptable", event_id=event_id)
+            return None
+        if isinstance(event, MegolmEvent):
+            return None
+    source = getattr(event, "source", None)
+    if not isinstance(source, dict) or source.get("room_id", room_id) != room_id:
+        return None
+    return source

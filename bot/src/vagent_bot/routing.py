@@ -3,7 +3,7 @@
 Pure functions over the raw event JSON (nio's `event.source`): the Matrix client only
 looks up the facts these rules need (is the room a DM, who sent the replied-to event,
 has the bot spoken in this thread) and passes them in, so every rule is unit-tested
-without a homeserver.
+without a homeserver. A media event's file is read by `media`; what it asks is its caption.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from vagent_bot.media import Media, parse_media
 from vagent_shared.session import SessionId
 
 ROOM_MESSAGE = "m.room.message"
 TEXT, EMOTE, NOTICE = "m.text", "m.emote", "m.notice"
-#: Only typed text is handed to the agent; an image's body is its file name, not a question.
+#: Typed text is handed to the agent as it is; a media event (`media`) only through its
+#: caption (its body may be just the file name, never a question).
 ANSWERABLE_MSGTYPES = frozenset({TEXT, EMOTE})
 REL_THREAD, REL_REPLACE = "m.thread", "m.replace"
 HTML_FORMAT = "org.matrix.custom.html"
@@ -52,6 +54,8 @@ class IncomingMessage:
     mentions: tuple[str, ...] = ()
     is_edit: bool = False
     server_ts: int = 0
+    #: The file of a media event (`m.file`, `m.image`, `m.audio`, `m.video`); None for text.
+    media: Media | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ def parse_message(event: dict[str, Any], room_id: str) -> IncomingMessage | None
         mentions=mentions,
         is_edit=rel_type == REL_REPLACE,
         server_ts=ts if isinstance(ts, int) and not isinstance(ts, bool) else 0,
+        media=parse_media(content),
     )
 
 
@@ -118,9 +123,11 @@ def should_answer(
     Never: own events, notices (other bots; avoids bot loops), edits, non-text msgtypes
     (reason "msgtype"). In a DM: everything. In a group room: a mention, a reply to the
     bot, the command prefix, or any message in a thread the bot takes part in. Mentions
-    are looked for in the message itself, not in a quoted reply fallback.
+    are looked for in the message itself, not in a quoted reply fallback. Media events:
+    `_media_decision`.
     """
-    body = strip_reply_fallback(msg.body) if msg.in_reply_to or msg.thread_root else msg.body
+    said = msg.body if msg.media is None else (msg.media.caption or "")
+    body = strip_reply_fallback(said) if msg.in_reply_to or msg.thread_root else said
     text = strip_address(body, bot_user_id=bot_user_id, bot_display_name=bot_display_name, prefix=prefix)
     if msg.sender == bot_user_id:
         return Decision(False, "own_event", text)
@@ -128,10 +135,12 @@ def should_answer(
         return Decision(False, "notice", text)
     if msg.is_edit:
         return Decision(False, "edit", text)
-    if msg.msgtype not in ANSWERABLE_MSGTYPES:
+    if msg.media is None and msg.msgtype not in ANSWERABLE_MSGTYPES:
         return Decision(False, "msgtype", text)
     if is_dm:
         reason = "dm"
+    elif msg.media is not None and msg.media.caption is None:
+        reason = _uncaptioned_address(msg, msg.media, replied_to_sender, bot_user_id, bot_in_thread)
     elif is_mentioned(msg, body, bot_user_id=bot_user_id, bot_display_name=bot_display_name):
         reason = "mention"
     elif msg.in_reply_to is not None and replied_to_sender == bot_user_id:
@@ -141,9 +150,41 @@ def should_answer(
     elif bot_in_thread and msg.thread_root is not None:
         reason = "thread"
     else:
-        return Decision(False, "not_addressed", text)
+        reason = "not_addressed"
+    if reason == "not_addressed":
+        return Decision(False, reason, text)
+    if msg.media is not None:
+        return _media_decision(msg.media, reason, text)
     if not text:
         return Decision(False, "empty", text)
+    return Decision(True, reason, text)
+
+
+def _uncaptioned_address(
+    msg: IncomingMessage, media: Media, replied_to_sender: str | None, bot_user_id: str, in_thread: bool
+) -> str:
+    """A file without a caption in a group room says nothing to anyone: not addressed. A voice
+    message cannot mention anyone either: it is for the bot in a reply to the bot or in a
+    thread the bot takes part in."""
+    if media.kind != "audio":
+        return "not_addressed"
+    if msg.in_reply_to is not None and replied_to_sender == bot_user_id:
+        return "reply"
+    if in_thread and msg.thread_root is not None:
+        return "thread"
+    return "not_addressed"
+
+
+def _media_decision(media: Media, reason: str, text: str) -> Decision:
+    """An addressed media event: a video is answered with a refusal ("video"); a voice message
+    is a question whatever its caption (the transcript is the text); a file without a question
+    ("file_alone", empty text) is kept for the next one; with one, the caption is the question."""
+    if media.kind == "video":
+        return Decision(True, "video", text)
+    if media.kind == "audio":
+        return Decision(True, reason, text)
+    if not text:
+        return Decision(True, "file_alone", "")
     return Decision(True, reason, text)
 
 

@@ -46,6 +46,9 @@ class Answer:
         self._finalized = False
         self.thread_root, self.reply_to = thread_root, reply_to
         self.throttle = throttle
+        #: Shown before the answer's text and kept in the final message (a voice message's
+        #: quoted transcript: what the bot understood).
+        self.prefix = ""
         self.text = ""
         self.status: str | None = None
         self.event_id: str | None = None  # the message being edited
@@ -56,6 +59,11 @@ class Answer:
         self._flusher: asyncio.Task[None] | None = None
         self._typing: asyncio.Task[None] | None = None
         self.sent_event_ids: list[str] = []
+
+    @property
+    def finalized(self) -> bool:
+        """The text shown is the final one (or nothing more will be shown)."""
+        return self._finalized
 
     # ---- typing --------------------------------------------------------------------------
     def start_typing(self, after_seconds: float = 0.0) -> None:
@@ -81,11 +89,12 @@ class Answer:
 
     # ---- content -------------------------------------------------------------------------
     def _render(self) -> str:
-        if self.status and not self.text:
+        text = self.prefix + self.text if self.text else self.prefix.rstrip()
+        if self.status and not text:
             return progress_line(self.status)
         if self.status:
-            return f"{self.text}\n\n{progress_line(self.status)}"
-        return self.text
+            return f"{text}\n\n{progress_line(self.status)}"
+        return text
 
     async def chunk(self, piece: str) -> None:
         self.text += piece
@@ -168,7 +177,7 @@ class Answer:
         """The complete answer: a final Markdown edit, then more messages if it is long."""
         await self._stop_flusher()
         self.text, self.status = text, None
-        parts = split_message(text) or [""]
+        parts = split_message(self.prefix + text if text else self.prefix.rstrip()) or [""]
         async with self._lock:
             self._finalized = True
             if self.event_id is None:
@@ -196,8 +205,9 @@ class Answer:
         return event_id
 
     async def settle(self) -> None:
-        """Before a question or an error: show the text streamed so far as final."""
-        if self.text:
+        """Before a question or an error: show the text streamed so far as final (with the
+        prefix: the quoted transcript stays visible above a question or an error)."""
+        if self.text or (self.prefix and not self._finalized):
             await self.final(self.text)
             return
         await self._stop_flusher()

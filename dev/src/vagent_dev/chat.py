@@ -4,6 +4,11 @@ Logs in as the demo user, opens (or reuses) an encrypted DM with the bot, and sh
 bot's answers as they stream in (edits are printed as they grow). Type `yes`/`no` to
 answer a confirmation; Ctrl-D or Ctrl-C quits.
 
+`/file PATH [caption]` sends a file (the caption is the question about it) and `/voice PATH` a
+recording as a voice message, both encrypted like the DM (chat_files.py builds the events;
+deploy/dev/samples/ has one of each kind). Files the bot sends (an image a tool made) are
+shown as one line, e.g. "[image: chart.png, 640x480, 12 KB]", and saved to --save-dir.
+
 `--with @carol:localhost` (CHAT_WITH) talks in a group room with the bot and that user
 instead (created with the tenant state event, the other user joined with their dev
 password): answers there use only what everyone in the room may read. Messages are sent
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
@@ -29,11 +35,29 @@ from nio import (
     AsyncClientConfig,
     InviteMemberEvent,
     LoginResponse,
+    MemoryDownloadResponse,
     RoomCreateResponse,
+    RoomSendResponse,
     SyncResponse,
     TypingNoticeEvent,
+    UploadResponse,
 )
 from nio.api import RoomPreset
+from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
+from nio.exceptions import EncryptionError
+
+from vagent_dev.chat_files import (
+    HELP,
+    CommandError,
+    FileCommand,
+    OutgoingFile,
+    describe_media,
+    load_file,
+    max_bytes_from_env,
+    media_content,
+    parse_command,
+    saved_path,
+)
 
 BOT_COLOR, RESET, DIM = "\033[36m", "\033[0m", "\033[2m"
 #: The bot's answer is over when it has stopped typing and nothing new came for this long:
@@ -71,6 +95,11 @@ class Transcript:
         self._write(f"{self._break()}{BOT_COLOR}vagent:{RESET} {body}")
         self.shown[event_id], self.last_id, self.closed_early = body, event_id, False
 
+    def note(self, text: str) -> None:
+        """A line of the client's own (a file sent or saved, an error), dim, on a line of its own."""
+        self._write(f"{self._break()}{DIM}{text}{RESET}\n")
+        self.last_id = None  # what the bot edits next is shown as an edit, not glued to this
+
     def edit(self, event_id: str, body: str) -> None:
         before = self.shown.get(event_id)
         if before is None:
@@ -93,9 +122,20 @@ class Transcript:
 
 
 class Chat:
-    def __init__(self, client: AsyncClient, bot: str, transcript: Transcript) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        bot: str,
+        transcript: Transcript,
+        save_dir: Path | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
         self.client, self.bot, self.transcript = client, bot, transcript
         self.room_id: str | None = None
+        #: Where the files the bot sends are saved (None: only shown).
+        self.save_dir = save_dir
+        self.max_bytes = max_bytes if max_bytes is not None else max_bytes_from_env()
+        self._saving: set[asyncio.Task[None]] = set()
 
     async def on_sync(self, resp: SyncResponse) -> None:
         for room_id, info in resp.rooms.invite.items():
@@ -113,12 +153,95 @@ class Chat:
                 continue
             content = src.get("content") or {}
             rel = content.get("m.relates_to") or {}
+            media = describe_media(content)
             if rel.get("rel_type") == "m.replace":
                 self.transcript.edit(
                     str(rel.get("event_id")), str((content.get("m.new_content") or {}).get("body", ""))
                 )
+            elif media is not None:
+                self.transcript.new(str(src.get("event_id")), media)
+                if self.save_dir is not None:
+                    task = asyncio.create_task(self.save(content, self.save_dir))
+                    self._saving.add(task)
+                    task.add_done_callback(self._saving.discard)
             else:
                 self.transcript.new(str(src.get("event_id")), str(content.get("body", "")))
+
+    async def save(self, content: dict[str, Any], directory: Path) -> None:
+        """Download (and decrypt) a file the bot sent into `directory`; a note says where."""
+        try:
+            path = await save_media(self.client, content, directory, self.max_bytes)
+        except CommandError as exc:
+            self.transcript.note(f"(not saved: {exc})")
+        else:
+            self.transcript.note(f"(saved to {path})")
+
+    async def send_file(self, command: FileCommand, group: bool) -> None:
+        """Upload a `/file` or `/voice` (encrypted in an encrypted room) and send its event;
+        CommandError says what went wrong."""
+        assert self.room_id is not None
+        file = await asyncio.to_thread(load_file, command, self.max_bytes)
+        caption = command.caption
+        if group and caption and not caption.startswith("!"):
+            caption = f"!ai {caption}"  # a group room: address the bot
+        room = self.client.rooms.get(self.room_id)
+        encrypted = bool(room is not None and room.encrypted)
+        content = await upload(self.client, file, encrypted, caption, command.voice)
+        resp = await self.client.room_send(
+            self.room_id, "m.room.message", content, ignore_unverified_devices=True
+        )
+        if not isinstance(resp, RoomSendResponse):
+            raise CommandError(f"could not send {file.name}: {getattr(resp, 'message', resp)}")
+        what = "voice message" if command.voice else content["msgtype"]
+        self.transcript.note(f"(sent {file.name} as {what}, {content['info']['mimetype']})")
+
+
+async def upload(
+    client: AsyncClient, file: OutgoingFile, encrypted: bool, caption: str | None, voice: bool
+) -> dict[str, Any]:
+    """Upload the bytes (as ciphertext in an encrypted room: the key travels in the event, which
+    Megolm encrypts) and build the event content."""
+    payload, keys = await asyncio.to_thread(encrypt_attachment, file.data) if encrypted else (file.data, None)
+    resp, _ = await client.upload(
+        io.BytesIO(payload),
+        content_type="application/octet-stream" if encrypted else file.mimetype,
+        filename=file.name,
+        filesize=len(payload),
+    )
+    if not isinstance(resp, UploadResponse):
+        raise CommandError(f"could not upload {file.name}: {getattr(resp, 'message', resp)}")
+    if keys is not None:
+        return media_content(file, caption=caption, voice=voice, encrypted={**keys, "url": resp.content_uri})
+    return media_content(file, caption=caption, voice=voice, url=resp.content_uri)
+
+
+async def save_media(client: AsyncClient, content: dict[str, Any], directory: Path, max_bytes: int) -> Path:
+    """The file of a media event, downloaded, decrypted if it came encrypted, written to a new
+    file in `directory`; CommandError when that fails."""
+    file = content.get("file") if isinstance(content.get("file"), dict) else None
+    url = (file or content).get("url")
+    if not isinstance(url, str) or not url.startswith("mxc://"):
+        raise CommandError("the event names no file")
+    resp = await client.download(mxc=url)
+    if not isinstance(resp, MemoryDownloadResponse):
+        raise CommandError(f"download failed: {getattr(resp, 'message', resp)}")
+    data = resp.body
+    if len(data) > max_bytes:
+        raise CommandError(f"larger than {max_bytes} bytes")
+    if file is not None:
+        try:
+            data = decrypt_attachment(data, file["key"]["k"], file["hashes"]["sha256"], file["iv"])
+        except (KeyError, TypeError, ValueError, EncryptionError) as exc:
+            raise CommandError(f"could not decrypt it ({type(exc).__name__})") from None
+    name = str(content.get("filename") or content.get("body") or "file")
+    return await asyncio.to_thread(_write_new, directory, name, data)
+
+
+def _write_new(directory: Path, name: str, data: bytes) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = saved_path(directory, name)
+    path.write_bytes(data)
+    return path
 
 
 async def keep_lines(transcript: Transcript) -> None:
@@ -209,7 +332,7 @@ async def amain(args: argparse.Namespace) -> None:
         )
         os.chmod(creds, 0o600)
     transcript = Transcript(sys.stdout)
-    chat = Chat(client, args.bot, transcript)
+    chat = Chat(client, args.bot, transcript, Path(args.save_dir) if args.save_dir else None)
     await client.sync(timeout=0, full_state=True)
     if args.with_user:
         password = args.with_password or f"{args.with_user.strip('@').split(':')[0]}-password"
@@ -226,7 +349,9 @@ async def amain(args: argparse.Namespace) -> None:
     print(
         f"{DIM}Logged in as {args.user}; talking to {args.bot} in {where} ({chat.room_id}). "
         f"Type a message; Ctrl-D quits. Try: what was the Q3 revenue?  /  how many records are "
-        f"older than 2020?  /  delete records older than 2018  /  !help{RESET}"
+        f"older than 2020?  /  delete records older than 2018  /  !help\n"
+        f"Files: /file deploy/dev/samples/report.pdf what is the outlook?  /  "
+        f"/voice deploy/dev/samples/voice.wav  /  /help{RESET}"
     )
     loop = asyncio.get_running_loop()
     try:
@@ -235,6 +360,17 @@ async def amain(args: argparse.Namespace) -> None:
             if not line:
                 break
             text = line.strip()
+            if text == "/help":
+                transcript.note(HELP)
+                continue
+            try:
+                command = parse_command(text)
+                if command is not None:
+                    await chat.send_file(command, group=bool(args.with_user))
+                    continue
+            except CommandError as exc:
+                transcript.note(f"chat: {exc}")
+                continue
             if text and args.with_user and not text.startswith("!"):
                 text = f"!ai {text}"  # a group room: address the bot
             if text:
@@ -255,7 +391,10 @@ async def amain(args: argparse.Namespace) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)  # nio's key-sharing chatter is not for a chat window
-    p = argparse.ArgumentParser(description="Talk to vagent from a terminal.")
+    p = argparse.ArgumentParser(
+        description="Talk to vagent from a terminal. In the chat:\n" + HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--homeserver", default=os.environ.get("CHAT_HOMESERVER", "http://127.0.0.1:8008"))
     p.add_argument("--user", default=os.environ.get("CHAT_USER", "@alice:localhost"))
     p.add_argument("--password", default=os.environ.get("CHAT_PASSWORD", "alice-password"))
@@ -273,6 +412,11 @@ def main() -> None:
         help="that user's password (default: the demo convention <name>-password)",
     )
     p.add_argument("--tenant", default=os.environ.get("CHAT_TENANT", "localhost"), help="the room's domain")
+    p.add_argument(
+        "--save-dir",
+        default=os.environ.get("CHAT_SAVE_DIR", ".data/chat/received"),
+        help="where files the bot sends (images) are saved; empty: only shown",
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(amain(p.parse_args()))
 

@@ -1,5 +1,6 @@
 """One way to serve a stand-in: the same logging, error bodies, start-up failure and warning
-banner for `vagent-acp`, `vagent-credentials` and `vagent-tickets`.
+banner for `vagent-acp`, `vagent-credentials`, `vagent-tickets`, `vagent-calendar` and
+`vagent-stt`.
 
 Why one copy: each of them must refuse to start on a broken file with a one-line message
 (exit 2, never a traceback that could quote a secret from the file), and must say loudly in

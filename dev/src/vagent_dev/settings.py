@@ -53,3 +53,14 @@ class CalendarSettings(StandInSettings):
     #: Who owns which API key, and the demo events to start with.
     CALENDAR_SEED_FILE: Path = Path("deploy/dev/calendar.yaml")
     CALENDAR_DB_PATH: Path = Path(".data/calendar.db")
+
+
+class SttSettings(StandInSettings):
+    """The speech-to-text stand-in (`vagent-stt`). Its own names (STT_STANDIN_*), not the bot's
+    STT_*: `make run` gives every process one environment, and the bot's STT_API_KEY is what
+    the bot sends, not what this server asks for."""
+
+    STT_STANDIN_HOST: str = "127.0.0.1"
+    STT_STANDIN_PORT: int = Field(default=8094, ge=1, le=65535)
+    #: If set, callers must send it as `Authorization: Bearer ...` (else 401).
+    STT_STANDIN_API_KEY: SecretStr | None = None

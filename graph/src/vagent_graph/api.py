@@ -5,21 +5,23 @@ for the whole `/api/` prefix before any route is chosen, so no route here can mi
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 import anyio
 import structlog
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
+from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
 from vagent_graph import metrics
 from vagent_graph.end_of_run import end_of_run
-from vagent_graph.event_stream import Run, durability_for
+from vagent_graph.event_stream import Intake, Reply, Run, durability_for
 from vagent_graph.hitl import CANCEL_RESUME
+from vagent_graph.intake import read_turn
 from vagent_graph.middleware import API_PREFIX
 from vagent_graph.resources import Resources
 from vagent_graph.session_lock import SessionBusy, SessionLock
@@ -182,8 +184,15 @@ async def close_stale_question(resources: Resources, session_id: str) -> None:
 async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) -> EventSourceResponse:
     """Answer one user message as a stream of Server-Sent Events."""
     structlog.contextvars.bind_contextvars(session_id=body.session_id)
-    if not body.message.strip():
+    if not body.message.strip() and not body.attachments:
         raise api_error(422, "empty_message", "message: must not be empty.")
+    most = resources.settings.ATTACHMENT_MAX_PER_TURN
+    if len(body.attachments) > most:
+        raise api_error(
+            422,
+            "too_many_attachments",
+            f"attachments: at most {most} files per message, got {len(body.attachments)}.",
+        )
     if len(body.message) > resources.settings.MAX_MESSAGE_CHARS:
         raise api_error(
             422,
@@ -205,8 +214,16 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
         resources.settings.RUN_TIMEOUT_SECONDS,
         prelude=close_stale if lock.question_may_be_pending else None,
         pacing=resources.pacing,
+        intake=_files_reader(body, resources) if body.attachments else None,
     )
     return sse(resources, "process_message", sid, lock, run)
+
+
+def _files_reader(body: ProcessMessageRequest, resources: Resources) -> Intake:
+    async def read(emit: Callable[[SSEEvent], None]) -> HumanMessage | Reply:
+        return await read_turn(body.message, body.attachments, resources.file_reading, emit)
+
+    return read
 
 
 @router.post(

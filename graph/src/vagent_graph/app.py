@@ -23,7 +23,7 @@ from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.api import ResourcesDep
 from vagent_graph.knowledge.embeddings import make_embedder
 from vagent_graph.llm import make_chat_model, model_name
-from vagent_graph.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware
+from vagent_graph.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware, files_body_limit
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.resources import open_resources
 from vagent_graph.tools import ToolRegistry
@@ -160,6 +160,9 @@ def create_app(
         max_bytes=settings.MAX_REQUEST_BYTES,
         token=token,
         admin_max_bytes=settings.MAX_INGEST_BYTES,
+        files_max_bytes=files_body_limit(
+            settings.MAX_REQUEST_BYTES, settings.ATTACHMENT_MAX_BYTES, settings.ATTACHMENT_MAX_PER_TURN
+        ),
     )
     app.include_router(api.router)
     app.include_router(admin.router)

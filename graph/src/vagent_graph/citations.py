@@ -88,3 +88,11 @@ def _one_line(text: str) -> str:
 def sources_of(message: ToolMessage) -> list[SourceRef]:
     """The sources one tool message carries (for tests and the audit)."""
     return list(turn_sources([message]))
+
+
+def with_files(answer: str, names: Sequence[str]) -> str:
+    """`answer` naming the user's own files it was given (they are no indexed documents)."""
+    if not names:
+        return answer
+    label = "From your attachment" if len(names) == 1 else "From your attachments"
+    return f"{answer.rstrip()}\n\n📎 {label}: " + ", ".join(f"`{n}`" for n in names)

@@ -15,16 +15,18 @@ from typing import Any
 
 import anyio
 import structlog
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Durability, Interrupt, StreamMode
 
 from vagent_graph import metrics
 from vagent_graph.outbox import Outbox, Pacing
+from vagent_graph.reasoning import REASONING_MARK, THINKING_STATUS, ThinkFilter
 from vagent_shared.events import (
     ErrorEvent,
     HitlRequest,
+    ImageOut,
     Progress,
     SSEEvent,
     TextChunk,
@@ -60,33 +62,49 @@ _END = object()
 #: Runs before the graph, in the run's task (closing a stale question): a failure ends the
 #: run with an `error` event, not the request.
 Prelude = Callable[[], Awaitable[None]]
+#: Reads the turn's files after the prelude, in the run's task (intake.py): the message to
+#: start the graph with, or the Reply that ends the turn without the model.
+Intake = Callable[[Callable[[SSEEvent], None]], Awaitable["HumanMessage | Reply"]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A turn's answer without the model (intake.py); `keep`: messages saved into the session."""
+
+    text: str
+    keep: list[BaseMessage] = field(default_factory=list)
 
 
 @dataclass
 class EventMapper:
-    """LangGraph stream items -> SSE events. Pure; remembers what the final event needs."""
+    """LangGraph stream items -> SSE events. Pure; remembers what the final event needs.
+
+    A reasoning model's thinking is cut out of the streamed text (`ThinkFilter`, one per
+    model call); while it thinks before any answer text, "thinking…" is shown once. Images
+    a tool returned follow the answer (`closing`)."""
 
     chunk_index: int = 0
     final_text: str = ""
     final_sent: bool = False
     interrupt: HitlRequest | None = None
     failed: bool = False
+    images: list[ImageOut] = field(default_factory=list)
     _interrupt_kind: str = field(default="confirm")
+    _think: ThinkFilter = field(default_factory=ThinkFilter)
+    _message_id: str | None = None
+    _thinking_shown: bool = False
 
     def map(self, mode: str, payload: Any) -> list[SSEEvent]:
         if mode == "messages":
             chunk, meta = payload
             if meta.get("langgraph_node") != "agent" or not isinstance(chunk, AIMessageChunk):
                 return []
-            text = text_of(chunk)
-            if not text:
-                return []
-            ev = TextChunk(content=text, chunk_index=self.chunk_index)
-            self.chunk_index += 1
-            return [ev]
+            return self._text(chunk)
         if mode == "custom":
             if isinstance(payload, dict) and payload.get("type") == "progress":
                 return [Progress(content=str(payload.get("content", "")))]
+            if isinstance(payload, dict) and payload.get("type") == "image":
+                self.images.append(ImageOut.model_validate(payload.get("image", {})))
             return []
         out: list[SSEEvent] = []
         if mode == "updates" and isinstance(payload, dict):
@@ -100,6 +118,20 @@ class EventMapper:
                             # checkpoint write (a failure there still follows as `error`).
                             self.final_text, self.final_sent = str(m.content), True
                             out.append(TextFinal(content=self.final_text, is_final=True))
+        return out
+
+    def _text(self, chunk: AIMessageChunk) -> list[SSEEvent]:
+        if chunk.id != self._message_id:  # the next model call: its own <think> block
+            self._message_id, self._think = chunk.id, ThinkFilter()
+        text = self._think.feed(text_of(chunk))
+        out: list[SSEEvent] = []
+        reasoning = self._think.inside or bool(chunk.additional_kwargs.get(REASONING_MARK))
+        if reasoning and not text and self.chunk_index == 0 and not self._thinking_shown:
+            self._thinking_shown = True
+            out.append(Progress(content=THINKING_STATUS))
+        if text:
+            out.append(TextChunk(content=text, chunk_index=self.chunk_index))
+            self.chunk_index += 1
         return out
 
     def _take_interrupt(self, interrupts: Any) -> None:
@@ -117,12 +149,15 @@ class EventMapper:
     def closing(self) -> list[SSEEvent]:
         """What follows the streamed items: the question, or the final text if no answer
         was sent yet (a run stopped by a cancelled question ends with an empty one)."""
-        if self.failed or self.final_sent:
+        if self.failed:
             return []
+        images: list[SSEEvent] = list(self.images)
+        if self.final_sent:
+            return images
         if self.interrupt is not None:
             metrics.HITL_REQUESTS.labels(self._interrupt_kind).inc()
-            return [self.interrupt]
-        return [TextFinal(content=self.final_text, is_final=True)]
+            return [*images, self.interrupt]
+        return [TextFinal(content=self.final_text, is_final=True), *images]
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -176,10 +211,12 @@ class Run:
         *,
         prelude: Prelude | None = None,
         pacing: Pacing = Pacing(),
+        intake: Intake | None = None,
     ) -> None:
         self._outbox = Outbox(pacing.flush_interval, pacing.keepalive)
         self._mapper = EventMapper()
         self._closed = False
+        self._intake = intake
         metrics.ACTIVE_RUNS.inc()
         produce = self._produce(graph, graph_input, config, run_timeout, prelude)
         self._task = asyncio.create_task(produce, name="graph-run")
@@ -197,6 +234,14 @@ class Run:
             async with asyncio.timeout(run_timeout):
                 if prelude is not None:
                     await prelude()
+                if self._intake is not None:
+                    human = await self._intake(outbox.put)
+                    if isinstance(human, Reply):
+                        if human.keep:
+                            await graph.aupdate_state(config, {"messages": human.keep}, as_node="agent")
+                        mapper.final_text = human.text
+                        return
+                    graph_input = {**graph_input, "messages": [human]}
                 async for mode, payload in graph.astream(
                     graph_input, config, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
                 ):

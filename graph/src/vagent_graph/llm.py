@@ -21,12 +21,11 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
     llama.cpp, LM Studio...), otherwise the deterministic offline model."""
     if not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
         return OfflineChatModel()
-    from langchain_openai import ChatOpenAI
-
     from vagent_graph.lean_openai import PlainChatCompletions
+    from vagent_graph.reasoning import ThinkingChatOpenAI
 
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
-    chat = ChatOpenAI(
+    chat = ThinkingChatOpenAI(  # ChatOpenAI, noting reasoning deltas (reasoning.py)
         model=model_name(settings, agent),
         base_url=settings.OPENAI_BASE_URL,
         api_key=key,  # type: ignore[arg-type]

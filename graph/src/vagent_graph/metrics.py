@@ -55,3 +55,12 @@ MCP_SERVERS_UP = Gauge(
 )
 MCP_TOOLS = Gauge("vagent_graph_mcp_tools", "Tools an MCP server currently brings", ["server"])
 MCP_FAILURES = Counter("vagent_graph_mcp_failures_total", "MCP list or call failures", ["server", "reason"])
+TOOL_IMAGES = Counter("vagent_graph_tool_images_total", "Images tools returned", ["outcome"])
+ATTACHMENTS = Counter(
+    "vagent_graph_attachments_total", "Files users sent, by kind and outcome", ["kind", "outcome"]
+)
+ATTACHMENT_SECONDS = Histogram(
+    "vagent_graph_attachment_read_seconds",
+    "Reading one file (its own process)",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)

@@ -29,6 +29,14 @@ def payload_too_large() -> HTTPException:
 API_PREFIX = "/api/"
 #: The admin API (documents for ingestion): its own token (admin.py) and body limit.
 ADMIN_PREFIX = "/admin/"
+#: A message may carry files (base64 in the JSON): its own, larger body limit.
+FILES_PATH = "/api/v1/process_message"
+
+
+def files_body_limit(max_request_bytes: int, attachment_max_bytes: int, per_turn: int) -> int:
+    """The largest process_message body: the message, plus `per_turn` files of the largest
+    size as base64 (4/3; 1.4 leaves room for line breaks some encoders add every 76)."""
+    return max_request_bytes + per_turn * (attachment_max_bytes * 14 // 10 + 1024)
 
 log = structlog.get_logger(__name__)
 
@@ -42,13 +50,27 @@ def token_matches(authorization: bytes | None, token: bytes) -> bool:
 class RequestMiddleware:
     """Per request: a fresh log context; 401 for an `/api/` request without the service
     token (`token` empty: GRAPH_INSECURE_DEV, no check); 413 for bodies over the limit
-    (`admin_max_bytes` under /admin/, where documents are uploaded; announced or
-    streamed); both before anything parses the body. And the request
-    metrics. Pure ASGI: cheap, and no route can be added without the token check."""
+    (`admin_max_bytes` under /admin/, where documents are uploaded, `files_max_bytes` for
+    process_message, which may carry files; announced or streamed); both before anything
+    parses the body. And the request metrics. Pure ASGI: cheap, and no route can be added
+    without the token check."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, token: str = "", admin_max_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        token: str = "",
+        admin_max_bytes: int = 0,
+        files_max_bytes: int = 0,
+    ) -> None:
         self.app, self.max_bytes, self.token = app, max_bytes, token.encode()
         self.admin_max_bytes = admin_max_bytes or max_bytes
+        self.files_max_bytes = files_max_bytes or max_bytes
+
+    def _limit(self, path: str) -> int:
+        if path.startswith(ADMIN_PREFIX):
+            return self.admin_max_bytes
+        return self.files_max_bytes if path == FILES_PATH else self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,7 +85,7 @@ class RequestMiddleware:
                 _refused(scope, authorization is not None)
                 await _send_error(send, 401, "unauthorized", "Missing or invalid service token.")
                 return
-        max_bytes = self.admin_max_bytes if scope["path"].startswith(ADMIN_PREFIX) else self.max_bytes
+        max_bytes = self._limit(scope["path"])
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > max_bytes:
             await _send_error(send, 413, *TOO_LARGE)

@@ -29,6 +29,9 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from vagent_graph.attachments import shown_texts
+from vagent_graph.event_stream import text_of
+from vagent_graph.intake import files_of, turn_file_messages
 from vagent_graph.knowledge.retrieval import query_terms
 
 OFFLINE_MODEL_NAME = "vagent-offline"
@@ -73,6 +76,9 @@ _QUESTION = re.compile(
     r"look up|show me|explain|summari[sz]e)\b",
     re.I,
 )
+#: Lines of a document the offline model quotes; a PDF's page marks are not quoted.
+FILE_QUOTE_LINES = 3
+_PAGE = re.compile(r"^\[page \d+\]$")
 _PASSAGE = re.compile(r"^\[(\d+)\] .*\n((?:.+\n?)+)", re.M)
 #: How much of each passage the offline model quotes.
 QUOTE_CHARS = 240
@@ -100,7 +106,9 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
             question = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
             return AIMessage(content=PREFIX + quote_passages(str(last.content), question))
         return AIMessage(content=PREFIX + str(last.content))
-    text = str(last.content)
+    text = text_of(last)
+    if isinstance(last, HumanMessage) and (held := turn_file_messages(messages)):
+        return AIMessage(content=PREFIX + about_files(held))
 
     def call(name: str, args: dict[str, Any]) -> AIMessage:
         if name not in offered:
@@ -148,6 +156,32 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
     if _QUESTION.search(text) and "search_documents" in offered:
         return call("search_documents", {"query": text.strip()[:500]})
     return AIMessage(content=PREFIX + _help(offered))
+
+
+def about_files(held: Sequence[BaseMessage]) -> str:
+    """What the offline model can say about the user's files: a document's first lines, an
+    image's type and size (it cannot see), so `make run` shows what the model was given."""
+    parts: list[str] = []
+    for message in held:
+        texts = iter(shown_texts(text_of(message)))
+        for f in files_of(message):
+            name = f"`{f.get('name', 'file')}`"
+            if f.get("kind") == "image":
+                size = f"{f.get('width')}×{f.get('height')} pixels, " if f.get("width") else ""
+                parts.append(
+                    f"{name} is an image ({f.get('mime')}, {size}{_kb(f.get('size'))}). "
+                    "I'm running without a language model, so I cannot see what it shows."
+                )
+                continue
+            lines = [ln for ln in next(texts, "").splitlines() if ln.strip() and not _PAGE.match(ln)]
+            quoted = "\n".join(f"> {ln[:200]}" for ln in lines[:FILE_QUOTE_LINES]) or "> (no text)"
+            pages = f", {f['pages']} page{'' if f['pages'] == 1 else 's'}" if f.get("pages") else ""
+            parts.append(f"{name} ({f.get('mime')}{pages}) begins:\n{quoted}")
+    return "\n\n".join(parts)
+
+
+def _kb(size: Any) -> str:
+    return f"{max(1, round(size / 1024))} KB" if isinstance(size, int) else "size unknown"
 
 
 def _booking(m: re.Match[str]) -> dict[str, Any]:

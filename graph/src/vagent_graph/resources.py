@@ -16,7 +16,9 @@ from redis.asyncio import Redis
 
 from vagent_graph import metrics
 from vagent_graph.agent import AgentDescriptor
+from vagent_graph.attachments import ReadLimits
 from vagent_graph.checkpointer import open_checkpointer
+from vagent_graph.intake import FileReading
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
@@ -51,6 +53,12 @@ class Resources:
     def pacing(self) -> Pacing:
         """How a run's stream is written: text flushes and keep-alives."""
         return Pacing(self.settings.SSE_FLUSH_INTERVAL_MS / 1000, self.settings.SSE_KEEPALIVE_SECONDS)
+
+    @property
+    def file_reading(self) -> FileReading:
+        """How the files users send are read and shown to the model."""
+        s = self.settings
+        return FileReading(ReadLimits.from_settings(s), s.LLM_VISION, s.ATTACHMENT_MAX_TOKENS)
 
 
 @asynccontextmanager
@@ -101,6 +109,7 @@ async def open_resources(
             services=services,
             credential_help=settings.CREDENTIAL_MISSING_HELP,
             personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
+            tool_image_max_bytes=settings.TOOL_IMAGE_MAX_BYTES,
         )
         if agent.mcp_servers:
             mcp = McpServers(

@@ -35,6 +35,7 @@ from vagent_graph.scope import Readership, ResultScope
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
 from vagent_graph.services.credentials import CredentialError, CredentialMissing, CredentialRegistry
+from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import (
     Changed,
     NothingToDo,
@@ -42,6 +43,7 @@ from vagent_graph.tools import (
     Question,
     Tool,
     ToolContext,
+    ToolImage,
     ToolRegistry,
     ToolResult,
 )
@@ -128,6 +130,8 @@ class ToolCalls:
     #: CREDENTIAL_MISSING_HELP: what a user without a credential is told to do.
     credential_help: str
     personal_results: PersonalResults
+    #: TOOL_IMAGE_MAX_BYTES: a larger image a tool returns is not posted (tool_images.py).
+    tool_image_max_bytes: int = 5 * 1024 * 1024
 
     async def execute(
         self, raw: dict[str, Any], ctx: ToolContext, stored: Approval | None
@@ -252,7 +256,20 @@ class ToolCalls:
             if isinstance(result, ToolResult)
             else (result, (), None)
         )
+        if isinstance(result, ToolResult) and result.images:
+            text = self._show_images(name, result.images, text)
         return call.reply(text, artifact=artifact_for(sources, self._scope(tool, scope, ctx))), False
+
+    def _show_images(self, tool: str, images: tuple[ToolImage, ...], text: str) -> str:
+        """Images for the room go out as stream events (the bot posts them after the answer);
+        the model reads what became of each."""
+        shown = shown_images(images, tool, self.tool_image_max_bytes)
+        write = get_stream_writer()
+        for image in shown.images:
+            write({"type": "image", "image": image.model_dump()})
+        metrics.TOOL_IMAGES.labels("shown").inc(len(shown.images))
+        metrics.TOOL_IMAGES.labels("refused").inc(len(images) - len(shown.images))
+        return f"{text}\n{shown.note}" if text else shown.note
 
     # ---- questions ---------------------------------------------------------------------
     def _ask(self, call: Call, ctx: ToolContext, question: Question) -> str | Outcome:

@@ -26,9 +26,11 @@ from langgraph.graph.state import CompiledStateGraph
 from vagent_graph import metrics
 from vagent_graph.access import visible_tools
 from vagent_graph.agent import AgentDescriptor
-from vagent_graph.citations import turn_sources, with_sources
+from vagent_graph.citations import turn_sources, with_files, with_sources
 from vagent_graph.event_stream import text_of
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm
+from vagent_graph.intake import turn_files
+from vagent_graph.reasoning import without_reasoning
 from vagent_graph.scope import Readership, visible_history
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
@@ -62,6 +64,8 @@ class Deps:
     credential_help: str = "Ask your administrator to add one for you."
     #: PERSONAL_RESULTS_IN_GROUPS: a personal tool's result in a group room.
     personal_results: PersonalResults = "ask"
+    #: TOOL_IMAGE_MAX_BYTES: a larger image a tool returns is not posted into the room.
+    tool_image_max_bytes: int = 5 * 1024 * 1024
 
 
 class Workflow:
@@ -70,7 +74,12 @@ class Workflow:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
         self.calls = ToolCalls(
-            deps.registry, deps.agent, deps.services, deps.credential_help, deps.personal_results
+            deps.registry,
+            deps.agent,
+            deps.services,
+            deps.credential_help,
+            deps.personal_results,
+            deps.tool_image_max_bytes,
         )
 
     # ---- the model node ----------------------------------------------------------------
@@ -95,6 +104,9 @@ class Workflow:
         sources = turn_sources(messages)
         if sources:  # the final answer names the documents it used
             ai = ai.model_copy(update={"content": with_sources(text_of(ai), sources)})
+        documents = [str(f["name"]) for f in turn_files(messages) if f.get("kind") == "document"]
+        if documents:  # ... and the user's own files it was given
+            ai = ai.model_copy(update={"content": with_files(text_of(ai), documents)})
         removals = removals_to_bound([*state.get("messages", []), ai], agent.history.max_messages)
         return {"messages": [ai, *removals], "llm_calls": calls + 1}
 
@@ -131,7 +143,7 @@ class Workflow:
         if ai.usage_metadata:
             metrics.LLM_TOKENS.labels(deps.model_label, "input").inc(ai.usage_metadata["input_tokens"])
             metrics.LLM_TOKENS.labels(deps.model_label, "output").inc(ai.usage_metadata["output_tokens"])
-        return ai
+        return without_reasoning(ai)  # the history (and the room) never carry the thinking
 
     # ---- the tools node ----------------------------------------------------------------
     async def tools(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:

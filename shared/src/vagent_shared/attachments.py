@@ -8,11 +8,22 @@ before it downloads the rest, and the graph never trusts the bot's word for a ty
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 import zipfile
 from io import BytesIO
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    field_validator,
+)
 
 #: What the agent does with a file: reads its text, looks at it, or (audio) hears it.
 Kind = Literal["document", "image", "audio", "video", "unknown"]
@@ -29,9 +40,7 @@ DOCUMENT_TYPES = frozenset(
     }
 )
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-AUDIO_TYPES = frozenset(
-    {"audio/ogg", "audio/wav", "audio/mpeg", "audio/mp4", "audio/webm", "audio/flac"}
-)
+AUDIO_TYPES = frozenset({"audio/ogg", "audio/wav", "audio/mpeg", "audio/mp4", "audio/webm", "audio/flac"})
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 #: Text types told apart by the file name's extension once the bytes are known to be text.
 _TEXT_BY_EXTENSION = {
@@ -45,6 +54,31 @@ _TEXT_BY_EXTENSION = {
 MAX_NAME_CHARS = 200
 
 
+_SPACE = re.compile(rb"\s+")
+
+
+def _from_base64(value: object) -> bytes:
+    """Strict base64 (standard alphabet, padding; line breaks allowed): anything else is a
+    422, not a file that silently decodes to less."""
+    if isinstance(value, str):
+        value = value.encode("ascii", errors="replace")
+    if not isinstance(value, bytes | bytearray):
+        raise ValueError("must be a base64 string")
+    try:
+        return base64.b64decode(_SPACE.sub(b"", bytes(value)), validate=True)
+    except binascii.Error:
+        raise ValueError("is not valid base64") from None
+
+
+#: Bytes that travel as one base64 string (no line breaks) in the JSON.
+Base64Data = Annotated[
+    bytes,
+    BeforeValidator(_from_base64),
+    PlainSerializer(lambda b: base64.b64encode(b).decode("ascii"), return_type=str),
+    WithJsonSchema({"type": "string", "contentEncoding": "base64"}),
+]
+
+
 class Attachment(BaseModel):
     """One file as the bot forwards it with `POST /api/v1/process_message` (docs/api.md):
     the decrypted bytes, base64 in the JSON. `name` is what the user sees and what the
@@ -53,7 +87,7 @@ class Attachment(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: str = Field(min_length=1)
-    data: Base64Bytes
+    data: Base64Data
     declared_type: str | None = Field(default=None, max_length=200)
     #: The Matrix event that carried the file (the question's own, or the one replied to).
     event_id: str | None = Field(default=None, max_length=255)

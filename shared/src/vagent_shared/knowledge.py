@@ -92,7 +92,7 @@ Name = Annotated[
 #: A category or tag: a Name without the tag separator.
 Label = Annotated[Name, AfterValidator(_no_separator)]
 
-DocumentFormat = Literal["markdown", "text", "html", "pdf"]
+DocumentFormat = Literal["markdown", "text", "html", "pdf", "docx"]
 
 
 class DocumentInfo(BaseModel):

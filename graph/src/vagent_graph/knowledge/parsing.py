@@ -1,9 +1,13 @@
-"""Document parsing for ingestion: the bytes of a Markdown, text, HTML or PDF file become a title
-and sections (heading path + text). Pure: no I/O besides the bytes passed in.
+"""Document parsing for ingestion: the bytes of a Markdown, text, HTML, PDF or Word (.docx) file
+become a title and sections (heading path + text). Pure: no I/O besides the bytes passed in.
 
 Why sections: chunks never span two sections (chunking.py), so every retrieved chunk carries the
 heading path it came from. Why DocumentError everywhere: the operator reads the message in the
 CLI or the HTTP answer, so it must name the file and say what is wrong, never show a traceback.
+
+Why the parser libraries are imported where they are used: a file a user attaches is read in a
+short-lived process of its own (vagent_graph.attachments.worker), which should load only the
+parser of that file's format (pypdf alone takes 0.1 s to import).
 """
 
 from __future__ import annotations
@@ -12,19 +16,21 @@ import codecs
 import io
 import logging
 import re
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from bs4 import BeautifulSoup
-from bs4.dammit import EncodingDetector
-from bs4.element import NavigableString, PageElement, PreformattedString, Tag
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
-from pypdf import PdfReader
+if TYPE_CHECKING:
+    from bs4 import BeautifulSoup
+    from bs4.element import PageElement, Tag
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+    from markdown_it.token import Token
+    from pypdf import PdfReader
 
-from vagent_shared.knowledge import DocumentFormat
+    from vagent_shared.knowledge import DocumentFormat
 
 
 def quiet_parsers() -> None:
@@ -60,6 +66,7 @@ _EXTENSIONS: Final[dict[str, DocumentFormat]] = {
     ".html": "html",
     ".htm": "html",
     ".pdf": "pdf",
+    ".docx": "docx",
 }
 _CONTENT_TYPES: Final[dict[str, DocumentFormat]] = {
     "text/markdown": "markdown",
@@ -67,8 +74,11 @@ _CONTENT_TYPES: Final[dict[str, DocumentFormat]] = {
     "text/plain": "text",
     "text/html": "html",
     "application/pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
 }
-_SUPPORTED: Final = "Markdown (.md, .markdown), text (.txt, .text), HTML (.html, .htm), PDF (.pdf)"
+_SUPPORTED: Final = (
+    "Markdown (.md, .markdown), text (.txt, .text), HTML (.html, .htm), PDF (.pdf), Word (.docx)"
+)
 _MAX_LABEL_CHARS: Final = 200
 
 
@@ -93,6 +103,8 @@ def parse_document(data: bytes, fmt: DocumentFormat, name: str) -> ParsedDocumen
         raise DocumentError(f"{label}: the file is empty")
     if fmt == "pdf":
         doc = _parse_pdf(data, label, _stem(label))
+    elif fmt == "docx":
+        doc = _parse_docx(data, label, _stem(label))
     elif fmt in ("markdown", "text", "html"):
         text = _decode(data, label, html=fmt == "html")
         doc = _parse_text_format(text, fmt, label, _stem(label))
@@ -177,6 +189,8 @@ _WINDOWS_1252_ALIASES: Final = frozenset({"iso8859-1", "ascii"})
 
 def _decode_declared(data: bytes) -> str | None:
     """The charset of `<meta charset>` (or http-equiv), when it is an ASCII-compatible one."""
+    from bs4.dammit import EncodingDetector
+
     declared = EncodingDetector.find_declared_encoding(data, is_html=True)
     if not declared:
         return None
@@ -197,6 +211,8 @@ def _decode_declared(data: bytes) -> str | None:
 def _parse_markdown(text: str, stem: str) -> ParsedDocument:
     """Headings found by a CommonMark parser, so `#` in a code fence is not one; the bodies are
     the source lines between headings, so lists, tables and code blocks stay as written."""
+    from markdown_it import MarkdownIt
+
     source = _strip_front_matter(_normalise(text))
     lines = source.split("\n")
     tokens = MarkdownIt("commonmark").enable("table").parse(source)
@@ -315,6 +331,8 @@ _BREAK_RUN = re.compile("(?: ?[\ue000-\ue002])+ ?")
 
 
 def _parse_html(text: str, stem: str) -> ParsedDocument:
+    from bs4 import BeautifulSoup
+
     soup = BeautifulSoup(_SENTINELS.sub("", _normalise(text)), "html.parser")
     _drop_chrome(soup)
     title = ""
@@ -370,6 +388,8 @@ class _HtmlWalker:
         self.bullet = ""
 
     def walk(self, root: Tag) -> None:
+        from bs4.element import NavigableString, PreformattedString, Tag
+
         stack: list[tuple[PageElement, bool]] = [(root, False)]
         while stack:
             node, closing = stack.pop()
@@ -447,6 +467,8 @@ def _parse_pdf(data: bytes, label: str, stem: str) -> ParsedDocument:
     """One section per page. pypdf raises many exception types on damaged files; all of them
     mean the same thing to the operator."""
     try:
+        from pypdf import PdfReader
+
         reader = PdfReader(io.BytesIO(data))
         _unlock(reader, label)
         pages = [_tidy(page.extract_text()) for page in reader.pages]
@@ -482,3 +504,106 @@ def _pdf_title(reader: PdfReader) -> str:
     except Exception:
         return ""
     return " ".join(_normalise(title).split()) if isinstance(title, str) else ""
+
+
+# --- Word (.docx) -----------------------------------------------------------------------------
+
+#: A .docx is a zip: its directory says how much it unpacks to before anything is unpacked
+#: (Python's zipfile never inflates a member past its stated size, and checks its CRC).
+_DOCX_MAX_UNPACKED: Final = 256 * 1024 * 1024
+#: Real Word XML deflates about 10:1; a member this much smaller packed than unpacked is a
+#: bomb (checked for members over _DOCX_RATIO_FROM bytes: tiny parts may compress absurdly).
+_DOCX_MAX_RATIO: Final = 100
+_DOCX_RATIO_FROM: Final = 4 * 1024 * 1024
+_DOCX_MAX_MEMBERS: Final = 10_000
+_HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
+
+
+def _parse_docx(data: bytes, label: str, stem: str) -> ParsedDocument:
+    """Paragraphs and tables in document order; "Heading N" paragraphs start sections like
+    Markdown headings, "Title" ones sit above them. Headers, footers, footnotes and text
+    boxes are not read."""
+    _check_zip(data, label)
+    try:
+        from docx import Document
+        from docx.text.paragraph import Paragraph
+
+        document = Document(io.BytesIO(data))
+        builder = _SectionBuilder()
+        title = ""
+        for block in document.iter_inner_content():
+            if not isinstance(block, Paragraph):
+                builder.add(_docx_table_text(block) + "\n")
+                continue
+            text = " ".join(block.text.split())
+            level = _docx_heading_level(block)
+            if level == 0:
+                title = title or text
+            if level is not None:
+                builder.heading(level, text)
+            elif text:
+                builder.add(_docx_bullet(block) + block.text.strip() + "\n")
+        title = title or " ".join((document.core_properties.title or "").split())
+    except Exception as exc:  # python-docx and lxml raise many types on a damaged file
+        raise _not_docx(label) from exc
+    sections = builder.finish(_tidy)
+    return ParsedDocument(title or builder.title or stem, "docx", sections)
+
+
+def _not_docx(label: str) -> DocumentError:
+    return DocumentError(f"{label}: not a readable Word document (the file is damaged or not a .docx)")
+
+
+def _check_zip(data: bytes, label: str) -> None:
+    """Refuse a zip bomb from its directory alone, before one byte is inflated."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise _not_docx(label) from exc
+    unpacked = sum(m.file_size for m in members)
+    bomb = (
+        len(members) > _DOCX_MAX_MEMBERS
+        or unpacked > _DOCX_MAX_UNPACKED
+        or any(
+            m.file_size > _DOCX_RATIO_FROM and m.file_size > _DOCX_MAX_RATIO * max(m.compress_size, 1)
+            for m in members
+        )
+    )
+    if bomb:
+        mib = 1024 * 1024
+        raise DocumentError(
+            f"{label}: it looks like a zip bomb (it would unpack to {unpacked // mib:,} MB from "
+            f"{len(data) / mib:.1f} MB; at most {_DOCX_MAX_UNPACKED // mib} MB)"
+        )
+
+
+def _docx_heading_level(paragraph: Paragraph) -> int | None:
+    """0 for the "Title" style, N for "Heading N" (python-docx reports Word's built-in names
+    in English whatever the document's language), None for body text."""
+    name = (paragraph.style.name if paragraph.style is not None else None) or ""
+    if name.lower() == "title":
+        return 0
+    match = _HEADING_STYLE.fullmatch(name.strip())
+    return int(match.group(1)) if match else None
+
+
+def _docx_bullet(paragraph: Paragraph) -> str:
+    name = (paragraph.style.name if paragraph.style is not None else None) or ""
+    return "- " if name.lower().startswith("list") else ""
+
+
+def _docx_table_text(table: Table) -> str:
+    """One line per row, cells joined like the HTML parser's tables; a merged cell once."""
+    lines = []
+    for row in table.rows:
+        cells: list[str] = []
+        seen: set[int] = set()
+        for cell in row.cells:
+            if id(cell._tc) in seen:  # a merged cell is the same XML element several times
+                continue
+            seen.add(id(cell._tc))
+            cells.append(" ".join(cell.text.split()))
+        if any(cells):
+            lines.append(" | ".join(cells))
+    return "\n".join(lines)

@@ -28,10 +28,10 @@ from vagent_graph.mcp import client
 from vagent_graph.mcp.client import McpUnavailable
 from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.pool import SessionPool, credential_digest
-from vagent_graph.mcp.results import result_text
+from vagent_graph.mcp.results import result_images, result_text
 from vagent_graph.mcp.tools import Skipped, build_tools
 from vagent_graph.services.credentials import HeaderAuth, credential_auth
-from vagent_graph.tools.base import RunFn, ToolContext
+from vagent_graph.tools.base import RunFn, ToolContext, ToolResult
 from vagent_graph.tools.registry import ToolRegistry
 from vagent_shared.wire import McpServerStatus
 
@@ -198,7 +198,7 @@ class McpServers:
     def _run_fn(self, server: McpServerConfig, name: str) -> RunFn:
         exposed = f"{server.name}__{name}"
 
-        async def run(args: BaseModel, ctx: ToolContext, answer: str | None) -> str:
+        async def run(args: BaseModel, ctx: ToolContext, answer: str | None) -> str | ToolResult:
             try:
                 result, asked = await self.pool.call(
                     server,
@@ -217,6 +217,7 @@ class McpServers:
             if asked:
                 log.info("mcp_elicitation_declined", server=server.name, tool=exposed)
                 text += "\n" + declined_text(asked)
-            return text
+            images = result_images(result)
+            return ToolResult(text=text, images=images) if images else text
 
         return run

@@ -9,6 +9,7 @@ from vagent_graph.tools.base import (
     Question,
     Tool,
     ToolContext,
+    ToolImage,
     ToolResult,
 )
 from vagent_graph.tools.registry import ToolRegistry, ToolSource
@@ -20,6 +21,7 @@ __all__ = [
     "Question",
     "Tool",
     "ToolContext",
+    "ToolImage",
     "ToolRegistry",
     "ToolResult",
     "ToolSource",

@@ -51,6 +51,15 @@ class ToolContext:
 
 
 @dataclass(frozen=True)
+class ToolImage:
+    """An image a tool returned: posted into the room after the answer (tool_images.py), not
+    given to the model, which reads that it was shown. `data` is never checkpointed."""
+
+    data: bytes = field(repr=False)
+    name: str = "image"
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """What a tool returns when it has more than text: the documents its text cites (never
     shown to the model; they become the answer's "Sources:" list), and what the text was
@@ -60,6 +69,7 @@ class ToolResult:
     text: str
     sources: tuple[SourceRef, ...] = ()
     scope: ResultScope | None = None
+    images: tuple[ToolImage, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,106 @@
+"""A turn that comes with files: read them (each in a process of its own, attachments/), then
+the turn's input for the model, or an answer without the model.
+
+Without the model: a file sent alone is kept in the session for its next question (the
+HumanMessage that carries it is saved into the history, with a short reply saying so), and
+a file that cannot be used ends the turn with one reply naming it and why; nothing is sent
+to the model and nothing is kept then. Attachments never enter the organisation's document
+index: they live in the session's checkpoint only, and go with it (`!reset`, `vagent admin
+forget`, the checkpoint TTL).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from vagent_graph import metrics
+from vagent_graph.attachments import ReadFile, ReadLimits, Refused, describe, read_attachment, turn_content
+from vagent_graph.event_stream import Reply
+from vagent_shared.attachments import Attachment
+from vagent_shared.events import Progress, SSEEvent
+
+log = structlog.get_logger(__name__)
+
+#: The HumanMessage's additional_kwargs key listing its files (never sent to the model:
+#: langchain-openai sends a user message's content only). The offline model and the answer's
+#: "Sources:" read it.
+FILES_KEY = "vagent_files"
+#: additional_kwargs key of the reply that kept files for the next question.
+KEPT_KEY = "vagent_kept_files"
+
+
+@dataclass(frozen=True)
+class FileReading:
+    """How files are read and shown to the model (GraphSettings: ATTACHMENT_*, LLM_VISION)."""
+
+    limits: ReadLimits
+    vision: bool
+    max_tokens: int
+
+
+async def read_turn(
+    message: str, attachments: Sequence[Attachment], how: FileReading, emit: Callable[[SSEEvent], None]
+) -> HumanMessage | Reply:
+    """The turn's HumanMessage with its files, or the Reply that ends the turn."""
+    files: list[ReadFile] = []
+    for att in attachments:
+        emit(Progress(content=f"Reading {att.name}…"))
+        started = time.perf_counter()
+        try:
+            read = await read_attachment(att.name, att.data, how.limits)
+        except Refused as exc:
+            metrics.ATTACHMENTS.labels("refused", "refused").inc()
+            log.info("attachment_refused", reason=exc.reason, size=len(att.data))
+            return Reply(f"⚠️ I could not use {exc.name}: {exc.reason}")
+        metrics.ATTACHMENT_SECONDS.observe(time.perf_counter() - started)
+        metrics.ATTACHMENTS.labels(read.kind, "read").inc()
+        log.info("attachment_read", kind=read.kind, mime=read.mime, size=read.size)
+        files.append(read)
+    human = HumanMessage(
+        content=turn_content(message, files, vision=how.vision, max_tokens=how.max_tokens),
+        additional_kwargs={FILES_KEY: [file_facts(f) for f in files]},
+    )
+    if message.strip():
+        return human
+    kept = f"Got {describe(files)} — what should I do with it?"
+    return Reply(kept, keep=[human, AIMessage(content=kept, additional_kwargs={KEPT_KEY: True})])
+
+
+def file_facts(f: ReadFile) -> dict[str, Any]:
+    """What the history keeps about a file beside its content: plain JSON (checkpointed)."""
+    facts: dict[str, Any] = {"name": f.name, "mime": f.mime, "kind": f.kind, "size": f.size}
+    if f.pages is not None:
+        facts["pages"] = f.pages
+    if f.kind == "image":
+        facts["width"], facts["height"] = f.width, f.height
+    return facts
+
+
+def files_of(message: BaseMessage) -> list[dict[str, Any]]:
+    """The files a HumanMessage carries (file_facts), or none."""
+    files = message.additional_kwargs.get(FILES_KEY) if isinstance(message, HumanMessage) else None
+    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
+
+
+def turn_files(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """The files the current turn uses (file_facts), oldest first."""
+    return [f for m in turn_file_messages(messages) for f in files_of(m)]
+
+
+def turn_file_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages that brought the current turn's files: its own, and those sent alone just
+    before it (each kept with a reply saying so), oldest first."""
+    i = next((n for n in range(len(messages) - 1, -1, -1) if isinstance(messages[n], HumanMessage)), -1)
+    if i < 0:
+        return []
+    found = [messages[i]] if files_of(messages[i]) else []
+    while i >= 2 and messages[i - 1].additional_kwargs.get(KEPT_KEY) is True and files_of(messages[i - 2]):
+        found.insert(0, messages[i - 2])
+        i -= 2
+    return found
