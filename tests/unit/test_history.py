@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
+from vagent_graph.file_messages import FILES_KEY, KEPT_KEY, turn_files
 from vagent_graph.history import (
     CANCELLED_TOOL_RESULT,
+    IMAGE_PART_TOKENS,
     approx_tokens,
     removals_to_bound,
     repair_tool_pairs,
@@ -84,3 +86,23 @@ def test_stored_history_is_cut_at_a_human_message() -> None:
     assert len(kept) <= 40
     assert isinstance(kept[0], HumanMessage)
     assert removals_to_bound(msgs[:8], max_messages=40) == []
+
+
+def test_an_image_part_costs_a_fixed_budget_not_its_base64() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + "A" * 400_000}}
+    with_image = HumanMessage(content=[{"type": "text", "text": "what is this?"}, image])
+    assert approx_tokens([with_image]) == 4 + len("what is this?") // 4 + IMAGE_PART_TOKENS
+
+
+def test_files_sent_alone_stay_in_the_window_with_the_question_they_were_kept_for() -> None:
+    big = "x " * 20_000  # ~10k tokens: more than the whole budget
+    kept = HumanMessage(content=big, additional_kwargs={FILES_KEY: [{"name": "a.pdf", "kind": "document"}]})
+    reply = AIMessage(content="Got a.pdf — what should I do with it?", additional_kwargs={KEPT_KEY: True})
+    history: list[AnyMessage] = [*turns(3), kept, reply, HumanMessage(content="summarise it")]
+    window = window_for_llm(history, max_tokens=2000)
+    assert window[:3] == [kept, reply, history[-1]]
+    assert turn_files(window) == [{"name": "a.pdf", "kind": "document"}]
+    # a file kept for an EARLIER question is an old turn like any other
+    later = [*history, AIMessage(content="Done."), HumanMessage(content="next")]
+    assert window_for_llm(later, max_tokens=2000)[0].content == "summarise it"
+    assert turn_files(later) == []

@@ -115,3 +115,39 @@ def test_ticket_requests_become_ticket_calls() -> None:
         assert (call["name"], call["args"]) == (name, args), text
     refused = plan_reply([HumanMessage(content="what are my open tickets?")], offered("search_documents"))
     assert not refused.tool_calls and "list_my_tickets" in str(refused.content)
+
+
+def test_files_are_answered_from_what_the_model_was_given() -> None:
+    from vagent_graph.attachments import ReadFile, turn_content
+    from vagent_graph.file_messages import FILES_KEY
+    from vagent_graph.intake import file_facts
+
+    pdf = ReadFile(
+        "report.pdf",
+        "application/pdf",
+        "document",
+        900,
+        text="[page 1]\nQ3 report\nRevenue up 12%.\nChurn 3%.\nMore.",
+        pages=2,
+    )
+    shot = ReadFile(
+        "shot.png",
+        "image/png",
+        "image",
+        50_000,
+        image=b"\x89PNG",
+        image_mime="image/png",
+        width=800,
+        height=600,
+    )
+    human = HumanMessage(
+        content=turn_content("summarise this", [pdf, shot], vision=False, max_tokens=1000),
+        additional_kwargs={FILES_KEY: [file_facts(pdf), file_facts(shot)]},
+    )
+    reply = str(plan_reply([human], []).content)
+    assert (
+        "`report.pdf` (application/pdf, 2 pages) begins:\n> Q3 report\n> Revenue up 12%.\n> Churn 3%."
+        in reply
+    )
+    assert "More." not in reply and "[page 1]" not in reply
+    assert "`shot.png` is an image (image/png, 800×600 pixels, 49 KB)" in reply and "cannot see" in reply

@@ -9,6 +9,7 @@ left by a cancelled run - are answered as cancelled in what the LLM sees.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -19,17 +20,36 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from vagent_graph.file_messages import kept_before
+
 CANCELLED_TOOL_RESULT = "Cancelled: this tool call was not completed (no answer in time)."
 
 
+#: What an image part costs in a budget (providers charge ~85-1600 tokens an image by its
+#: size; its base64, counted as text, would be ~100x that and push the history out).
+IMAGE_PART_TOKENS = 1000
+
+
 def approx_tokens(messages: Sequence[BaseMessage]) -> int:
-    """~4 characters a token; good enough for a budget, and free."""
+    """~4 characters a token, an image part IMAGE_PART_TOKENS; good enough for a budget, and free."""
     total = 0
     for m in messages:
-        total += 4 + len(str(m.content)) // 4
+        total += 4 + _content_chars(m.content) // 4 + IMAGE_PART_TOKENS * _images(m.content)
         if isinstance(m, AIMessage):
             total += sum(len(str(tc.get("args", ""))) // 4 + 8 for tc in m.tool_calls)
     return total
+
+
+def _content_chars(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(p) if isinstance(p, str) else len(str(p.get("text", ""))) for p in content)
+
+
+def _images(content: Any) -> int:
+    if isinstance(content, str):
+        return 0
+    return sum(1 for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "image"))
 
 
 def repair_tool_pairs(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
@@ -60,7 +80,8 @@ def repair_tool_pairs(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
 def window_for_llm(messages: Sequence[AnyMessage], max_tokens: int) -> list[AnyMessage]:
     """The most recent turns that fit `max_tokens`, starting at a human message.
 
-    The newest turn is always kept whole even if it alone exceeds the budget.
+    The newest turn is always kept whole even if it alone exceeds the budget, with the
+    files sent alone for it (file_messages.py).
     """
     msgs = repair_tool_pairs(messages)
     starts = [i for i, m in enumerate(msgs) if isinstance(m, HumanMessage)]
@@ -68,6 +89,9 @@ def window_for_llm(messages: Sequence[AnyMessage], max_tokens: int) -> list[AnyM
         return msgs
     sizes = [approx_tokens((m,)) for m in msgs]  # additive: one pass, not one per turn
     chosen = starts[-1]
+    while kept_before(msgs, chosen):
+        chosen -= 2  # files sent alone for this question belong to its turn
+    starts = [i for i in starts if i < chosen] + [chosen]
     used = sum(sizes[chosen:])
     for i in reversed(starts[:-1]):
         used += sum(sizes[i:chosen])  # now the tokens of msgs[i:]

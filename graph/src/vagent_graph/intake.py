@@ -17,22 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 
 from vagent_graph import metrics
 from vagent_graph.attachments import ReadFile, ReadLimits, Refused, describe, read_attachment, turn_content
 from vagent_graph.event_stream import Reply
+from vagent_graph.file_messages import FILES_KEY, KEPT_KEY
 from vagent_shared.attachments import Attachment
 from vagent_shared.events import Progress, SSEEvent
 
 log = structlog.get_logger(__name__)
-
-#: The HumanMessage's additional_kwargs key listing its files (never sent to the model:
-#: langchain-openai sends a user message's content only). The offline model and the answer's
-#: "Sources:" read it.
-FILES_KEY = "vagent_files"
-#: additional_kwargs key of the reply that kept files for the next question.
-KEPT_KEY = "vagent_kept_files"
 
 
 @dataclass(frozen=True)
@@ -80,27 +74,3 @@ def file_facts(f: ReadFile) -> dict[str, Any]:
     if f.kind == "image":
         facts["width"], facts["height"] = f.width, f.height
     return facts
-
-
-def files_of(message: BaseMessage) -> list[dict[str, Any]]:
-    """The files a HumanMessage carries (file_facts), or none."""
-    files = message.additional_kwargs.get(FILES_KEY) if isinstance(message, HumanMessage) else None
-    return [f for f in files if isinstance(f, dict)] if isinstance(files, list) else []
-
-
-def turn_files(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
-    """The files the current turn uses (file_facts), oldest first."""
-    return [f for m in turn_file_messages(messages) for f in files_of(m)]
-
-
-def turn_file_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """The messages that brought the current turn's files: its own, and those sent alone just
-    before it (each kept with a reply saying so), oldest first."""
-    i = next((n for n in range(len(messages) - 1, -1, -1) if isinstance(messages[n], HumanMessage)), -1)
-    if i < 0:
-        return []
-    found = [messages[i]] if files_of(messages[i]) else []
-    while i >= 2 and messages[i - 1].additional_kwargs.get(KEPT_KEY) is True and files_of(messages[i - 2]):
-        found.insert(0, messages[i - 2])
-        i -= 2
-    return found

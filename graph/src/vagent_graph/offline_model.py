@@ -31,7 +31,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from vagent_graph.attachments import shown_texts
 from vagent_graph.event_stream import text_of
-from vagent_graph.intake import files_of, turn_file_messages
+from vagent_graph.file_messages import files_of, turn_file_messages
 from vagent_graph.knowledge.retrieval import query_terms
 
 OFFLINE_MODEL_NAME = "vagent-offline"

@@ -28,8 +28,8 @@ from vagent_graph.access import visible_tools
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.citations import turn_sources, with_files, with_sources
 from vagent_graph.event_stream import text_of
+from vagent_graph.file_messages import turn_files
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm
-from vagent_graph.intake import turn_files
 from vagent_graph.reasoning import without_reasoning
 from vagent_graph.scope import Readership, visible_history
 from vagent_graph.services import Services

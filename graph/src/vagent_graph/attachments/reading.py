@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -116,6 +117,21 @@ class Refused(Exception):
         self.worker_peak_rss = worker_peak_rss
 
 
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _workers() -> asyncio.Semaphore:
+    """At most one worker per core at once in this process: each may use
+    ATTACHMENT_PARSE_MEMORY_MB, and more than the cores only share them (files wait their
+    turn; conversations without files are not affected)."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+        _SLOTS[loop] = slots
+    return slots
+
+
 async def read_attachment(name: str, data: bytes, limits: ReadLimits) -> ReadFile:
     """The file's content for the model, or Refused. `name` is cleaned here (clean_name)."""
     name = clean_name(name)
@@ -126,7 +142,8 @@ async def read_attachment(name: str, data: bytes, limits: ReadLimits) -> ReadFil
         limit = _size(limits.max_bytes).replace(".0 ", " ")
         raise Refused(name, f"the file is {_size(size)}, over the {limit} limit for files")
     kind, mime = _readable(name, sniff_mime(data, name))
-    result = await _run_worker(name, mime, data, limits)
+    async with _workers():
+        result = await _run_worker(name, mime, data, limits)
     peak = _int(result.get("peak_rss"))
     if result.get("ok") is not True:
         reason = result.get("reason")

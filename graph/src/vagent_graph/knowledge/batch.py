@@ -21,7 +21,7 @@ from vagent_graph.knowledge.parsing import DocumentError, detect_format
 from vagent_shared.knowledge import DocumentInfo
 from vagent_shared.validation import problems
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".text", ".html", ".htm", ".pdf")
+SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".text", ".html", ".htm", ".pdf", ".docx")
 
 
 @dataclass
@@ -51,7 +51,7 @@ def expand(paths: Iterable[Path]) -> tuple[list[Path], list[str]]:
                 p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES
             )
             if not found:
-                errors.append(f"{path}: no Markdown, text, HTML or PDF files in this folder")
+                errors.append(f"{path}: no Markdown, text, HTML, PDF or Word files in this folder")
             files += found
         elif path.exists():
             files.append(path)
