@@ -563,6 +563,34 @@ async def test_an_addressed_reply_to_a_file_brings_that_file_but_never_one_of_an
     assert bot.outside.media_requests == [(MEDIA_PREFIX + "f3", f"Bearer {TOKEN}")]
 
 
+async def test_the_first_question_in_a_thread_started_on_a_file_takes_that_file(make_bot: BotFactory) -> None:
+    bot = await make_bot()
+    bot.outside.media["f9"] = PDF
+    root = "$threadfile"
+    bot.outside.events[root] = {
+        "type": "m.room.message",
+        "event_id": root,
+        "sender": "@bob:localhost",
+        "origin_server_ts": 1,
+        "room_id": bot.group,
+        "content": file_content("f9", "plan.pdf"),
+    }
+    bot.outside.graph_script = [("text_final", {"content": "It plans."}), ("text_final", {"content": "Yes."})]
+    in_thread = {
+        "rel_type": "m.thread",
+        "event_id": root,
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": root},
+    }
+    await bot.handle(
+        bot.group, {"msgtype": "m.text", "body": "!ai what is this plan?", "m.relates_to": in_thread}
+    )
+    await bot.handle(bot.group, {"msgtype": "m.text", "body": "and the budget?", "m.relates_to": in_thread})
+    first, second = bot.outside.graph_requests
+    assert attachments(first) == [("plan.pdf", PDF, root)]
+    assert second["attachments"] == []  # the thread's history already has it
+
+
 async def test_a_voice_message_is_answered_with_what_was_understood_quoted_first(
     make_bot: BotFactory,
 ) -> None:

@@ -154,6 +154,7 @@ class Conversations:
         audience: asyncio.Future[Audience | None] | None,
         *,
         replied_event: dict[str, Any] | None = None,
+        thread_file: str | None = None,
     ) -> None:
         """A message the user may send: a command, a refusal (flood, length, a file not taken) or
         the graph's answer. `replied_event`: the event it replies to, if already fetched."""
@@ -170,7 +171,7 @@ class Conversations:
             return
         if not await self._short_enough(text, answer):
             return
-        turn = await self._take_files(msg, text, answer, replied_event)
+        turn = await self._take_files(msg, text, answer, replied_event, thread_file)
         if turn is None or not await self._short_enough(turn.message, answer):
             return
         if turn.heard is not None:
@@ -200,13 +201,18 @@ class Conversations:
         return False
 
     async def _take_files(
-        self, msg: IncomingMessage, text: str, answer: Answer, replied_event: dict[str, Any] | None
+        self,
+        msg: IncomingMessage,
+        text: str,
+        answer: Answer,
+        replied_event: dict[str, Any] | None,
+        thread_file: str | None = None,
     ) -> TurnInput | None:
         """The question with its files (a voice message heard); None after one short refusal."""
-        if msg.media is None and msg.in_reply_to is None:
+        if msg.media is None and msg.in_reply_to is None and thread_file is None:
             return TurnInput(text)
         try:
-            return await self.files.prepare(msg, text, replied_event)
+            return await self.files.prepare(msg, text, replied_event, thread_file=thread_file)
         except (MediaRefused, TranscriptionFailed) as exc:
             await self._refuse(msg, answer, exc)
             return None

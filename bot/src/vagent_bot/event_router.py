@@ -157,7 +157,11 @@ class EventRouter:
         )
         audience = self._start_audience(msg.room_id, msg.sender, is_dm, early) if early else None
         try:
-            await self._route(msg, sid, decision, is_dm, early, audience, replied_event)
+            # A thread started on a file ("reply in thread" in Element) is about that file: the
+            # first question there takes it (later ones find it in the thread's history).
+            fresh_thread = msg.thread_root is not None and not in_thread and msg.in_reply_to is None
+            thread_file = msg.thread_root if fresh_thread else None
+            await self._route(msg, sid, decision, is_dm, early, audience, replied_event, thread_file)
         finally:
             for pending_work in (early, audience):
                 if pending_work is not None and not pending_work.done():
@@ -172,9 +176,11 @@ class EventRouter:
         early: EarlyAccess,
         audience: asyncio.Future[Audience | None] | None,
         replied_event: dict[str, Any] | None = None,
+        thread_file: str | None = None,
     ) -> None:
         """A pending question's answer, or a new request; `early`/`audience` already under way.
-        A file alone is no answer; a voice message's transcript is one."""
+        A file alone is no answer; a voice message's transcript is one. `thread_file`: the root
+        of a thread the bot is new to, whose file (if it is one) the question is about."""
         pending = await self.hitl.peek(sid.format())
         if pending is not None:
             text = decision.text if msg.media is not None else decision.text or msg.body.strip()
@@ -204,7 +210,7 @@ class EventRouter:
             return
         metrics.EVENTS.labels("answered").inc()
         await self.conversations.answer_request(
-            msg, sid, decision.text, access, audience, replied_event=replied_event
+            msg, sid, decision.text, access, audience, replied_event=replied_event, thread_file=thread_file
         )
 
     async def _heard(self, msg: IncomingMessage, early: EarlyAccess) -> str | None:

@@ -62,11 +62,17 @@ class TurnFiles:
         await self.transcriber.aclose()
 
     async def prepare(
-        self, msg: IncomingMessage, text: str, replied_event: dict[str, Any] | None = None
+        self,
+        msg: IncomingMessage,
+        text: str,
+        replied_event: dict[str, Any] | None = None,
+        *,
+        thread_file: str | None = None,
     ) -> TurnInput:
         """`text`: what routing kept of the message (a caption, or ""); `replied_event`: the event
-        it replies to if already fetched. Raises MediaRefused or TranscriptionFailed (each
-        with a `user_message` naming the file)."""
+        it replies to if already fetched; `thread_file`: a thread root whose file (a document
+        or an image; anything else is ignored) the question is about. Raises MediaRefused or
+        TranscriptionFailed (each with a `user_message` naming the file)."""
         attachments: list[Attachment] = []
         heard = None
         media = msg.media
@@ -82,6 +88,10 @@ class TurnFiles:
                 if refusal is not None:
                     raise MediaRefused(found.kind, refusal)
                 attachments.append(await self.attachment(found, msg.in_reply_to))
+        if thread_file is not None and not attachments:
+            root = await self.replied_media(msg.room_id, thread_file)
+            if root is not None and root.kind == "file":
+                attachments.append(await self.attachment(root, thread_file))
         return TurnInput(text, attachments[: self.max_per_turn], heard)
 
     async def attachment(self, media: Media, event_id: str | None) -> Attachment:
