@@ -34,6 +34,10 @@ def graph(
         _llm_session.base_url,
         MAX_MESSAGE_CHARS="500",
         SSE_KEEPALIVE_SECONDS="0.3",
+        # process_message may carry files: its body limit is MAX_REQUEST_BYTES plus 1 file
+        # of this size as base64 (~1.45 MB in all), the tests below send 2 MB
+        ATTACHMENT_MAX_BYTES="300000",
+        ATTACHMENT_MAX_PER_TURN="1",
     ) as g:
         yield g
 
@@ -218,6 +222,13 @@ async def test_progress_is_sent_while_a_tool_runs(
         (lambda b: b.update(ac_context={"activeRoles": "admin"}), "invalid_request"),
         (lambda b: b.pop("ac_context"), "invalid_request"),
         (lambda b: b.update(context={"k": {"nested": 1}}), "invalid_request"),
+        (lambda b: b.update(attachments="report.pdf"), "invalid_request"),
+        (lambda b: b.update(attachments=[{"name": "a.pdf", "data": "%%%not base64"}]), "invalid_request"),
+        (lambda b: b.update(attachments=[{"name": "", "data": "YQ=="}]), "invalid_request"),
+        (lambda b: b.update(attachments=[{"name": "a.pdf"}]), "invalid_request"),
+        (lambda b: b.update(attachments=[{"name": "a", "data": "YQ=="}] * 2), "too_many_attachments"),
+        (lambda b: b.update(attachments=[{"name": "a", "data": "YQ=="}] * 17), "invalid_request"),
+        (lambda b: b.update(message="", attachments=[]), "empty_message"),
     ],
 )
 async def test_bad_input_gets_a_clear_4xx(
