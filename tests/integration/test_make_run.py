@@ -387,7 +387,14 @@ def test_make_run_hears_the_voice_sample_and_takes_files(make_run: dict[str, int
         "alice",
         [
             (f"/voice {samples / 'voice.wav'}", r'🎤 "What is on my calendar today\?"'),
-            (f"/file {samples / 'report.pdf'} what is the outlook?", r"\(sent report\.pdf as m\.file"),
+            # the offline model quotes what it was given: the PDF's first lines, cited as hers
+            (
+                f"/file {samples / 'report.pdf'} what is the outlook?",
+                r"> Revenue: 5\.1 M EUR(?s:.*)From your attachment: `report\.pdf`",
+            ),
+            (f"/file {samples / 'notes.docx'}", r"Got notes\.docx — what should I do with it\?"),
+            ("summarise it", r"> Date: 2026-11-20\. Attendees: Alice, Bob, Carol\."),
+            (f"/file {samples / 'screenshot.png'} what is wrong?", r"`screenshot\.png` is an image"),
         ],
         CHAT_SAVE_DIR=str(tmp_path / "received"),
     )
