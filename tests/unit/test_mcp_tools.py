@@ -17,7 +17,7 @@ from tests.support.factories import ac
 from vagent_graph.access import check_invocation, visible_tools
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.mcp.config import McpServerConfig
-from vagent_graph.mcp.results import result_text
+from vagent_graph.mcp.results import result_images, result_text
 from vagent_graph.mcp.tools import MAX_DESCRIPTION_CHARS, build_tools, exposed_name
 from vagent_graph.tools import ToolContext, ToolRegistry
 from vagent_graph.tools.catalogue import builtin_tools
@@ -133,7 +133,13 @@ def test_results_as_the_model_reads_them() -> None:
     same = CallToolResult(content=[text('{"events": [1, 2]}')], structuredContent={"events": [1, 2]})
     assert result_text("cal__x", same, 1000) == ('{"events": [1, 2]}', False)
     image = CallToolResult(content=[ImageContent(type="image", data="aGk=", mimeType="image/png")])
-    assert "returned an image (image/png)" in result_text("cal__x", image, 1000)[0]
+    assert result_text("cal__x", image, 1000) == ("", False)  # the image goes to the room instead
+    assert [i.data for i in result_images(image)] == [b"hi"]
+    broken = CallToolResult(content=[ImageContent(type="image", data="%%%", mimeType="image/png")])
+    assert result_images(broken) == ()  # a server sending no base64 gets nothing shown
+    errored = CallToolResult(content=[ImageContent(type="image", data="aGk=", mimeType="image/png")])
+    errored.isError = True
+    assert result_images(errored) == ()
     big, failed = result_text("cal__x", CallToolResult(content=[text("y" * 50_000)]), 1000)
     assert not failed and len(big) < 1100 and "cut: the tool returned 50000 characters, 1000 are shown" in big
     err = CallToolResult(
