@@ -8,10 +8,12 @@ from vagent_graph.file_messages import FILES_KEY, KEPT_KEY, turn_files
 from vagent_graph.history import (
     CANCELLED_TOOL_RESULT,
     IMAGE_PART_TOKENS,
+    UNSEEN_IMAGE,
     approx_tokens,
     removals_to_bound,
     repair_tool_pairs,
     window_for_llm,
+    without_images,
 )
 
 
@@ -106,3 +108,20 @@ def test_files_sent_alone_stay_in_the_window_with_the_question_they_were_kept_fo
     later = [*history, AIMessage(content="Done."), HumanMessage(content="next")]
     assert window_for_llm(later, max_tokens=2000)[0].content == "summarise it"
     assert turn_files(later) == []
+
+
+def test_without_vision_no_image_of_an_earlier_turn_reaches_the_model() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    shot = HumanMessage(content=[{"type": "text", "text": "what is this?"}, image], id="h1")
+    history: list[AnyMessage] = [
+        shot,
+        AIMessage(content="A chart.", id="a1"),
+        HumanMessage(content="and now?"),
+    ]
+    clean = without_images(history)
+    assert clean[0].content == [
+        {"type": "text", "text": "what is this?"},
+        {"type": "text", "text": UNSEEN_IMAGE},
+    ]
+    assert clean[0].id == "h1" and clean[1:] == history[1:]
+    assert shot.content[1] == image  # the checkpointed message is untouched

@@ -276,6 +276,10 @@ def test_refusals_name_the_file_and_the_reason() -> None:
     )
     small = parse_media(content(info={"size": 10}))
     assert small is not None and declared_size_refusal(small, 1024) is None
+    mib = 1024 * 1024
+    just_over = parse_media(content(info={"size": 2 * mib + 10}))  # "2 MB", like the limit
+    assert just_over is not None
+    assert declared_size_refusal(just_over, 2 * mib) == "report.pdf is larger than the 2 MB I can take."
     assert type_refusal("a.pdf", "application/pdf", FILE_KINDS) is None
     assert type_refusal("cat.png", "image/png", FILE_KINDS) is None
     assert "can't read setup.exe" in (type_refusal("setup.exe", None, FILE_KINDS) or "")

@@ -134,7 +134,10 @@ def human_size(n: int) -> str:
 
 
 def too_large(name: str, limit: int, size: int | None = None) -> str:
-    what = f" ({human_size(size)})" if size is not None else ""
+    """The size is named only when it reads differently from the limit ("2 MB is larger than
+    the 2 MB" would be nonsense to the user)."""
+    shown = human_size(size) if size is not None else None
+    what = f" ({shown})" if shown is not None and shown != human_size(limit) else ""
     return f"{name}{what} is larger than the {human_size(limit)} I can take."
 
 

@@ -52,6 +52,28 @@ def _images(content: Any) -> int:
     return sum(1 for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "image"))
 
 
+#: What a model without vision reads instead of an image an earlier turn sent (LLM_VISION
+#: switched off since: a text-only model would refuse the request with the image in it).
+UNSEEN_IMAGE = "[An image the user sent earlier is not shown: you cannot see images.]"
+
+
+def without_images(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """The history with every image part replaced by UNSEEN_IMAGE (same message ids)."""
+    out: list[AnyMessage] = []
+    for m in messages:
+        if isinstance(m.content, str) or not _images(m.content):
+            out.append(m)
+            continue
+        parts = [
+            {"type": "text", "text": UNSEEN_IMAGE}
+            if isinstance(p, dict) and p.get("type") in ("image_url", "image")
+            else p
+            for p in m.content
+        ]
+        out.append(m.model_copy(update={"content": parts}))
+    return out
+
+
 def repair_tool_pairs(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
     """Every tool call answered right after its AIMessage; orphan results dropped."""
     out: list[AnyMessage] = []

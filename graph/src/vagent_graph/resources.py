@@ -110,6 +110,7 @@ async def open_resources(
             credential_help=settings.CREDENTIAL_MISSING_HELP,
             personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
             tool_image_max_bytes=settings.TOOL_IMAGE_MAX_BYTES,
+            vision=settings.LLM_VISION,
         )
         if agent.mcp_servers:
             mcp = McpServers(

@@ -29,7 +29,7 @@ from vagent_graph.agent import AgentDescriptor
 from vagent_graph.citations import turn_sources, with_files, with_sources
 from vagent_graph.event_stream import text_of
 from vagent_graph.file_messages import turn_files
-from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm
+from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm, without_images
 from vagent_graph.reasoning import without_reasoning
 from vagent_graph.scope import Readership, visible_history
 from vagent_graph.services import Services
@@ -66,6 +66,8 @@ class Deps:
     personal_results: PersonalResults = "ask"
     #: TOOL_IMAGE_MAX_BYTES: a larger image a tool returns is not posted into the room.
     tool_image_max_bytes: int = 5 * 1024 * 1024
+    #: LLM_VISION: the model sees images (else none is ever sent to it, history included).
+    vision: bool = False
 
 
 class Workflow:
@@ -132,6 +134,8 @@ class Workflow:
         deps = self.deps
         model: Any = deps.llm.bind_tools([t.openai_schema() for t in tools]) if tools else deps.llm
         history = window_for_llm(messages, deps.agent.history.max_context_tokens)
+        if not deps.vision:  # images of turns before LLM_VISION was switched off
+            history = without_images(history)
         try:
             ai: AIMessage = await model.ainvoke(
                 [SystemMessage(content=deps.agent.system_prompt), *history], config
