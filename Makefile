@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity lock clean
+.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-attachments lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,6 +51,9 @@ bench-bot: venv  ## benchmark: send -> first visible reply / final edit, vagent 
 
 bench-capacity: venv  ## benchmark: concurrent conversations one graph process carries behind a paced model; parked-question cost
 	$(BIN)/python bench/bench_capacity.py $(BENCH_ARGS)
+
+bench-attachments: venv  ## benchmark: first-token p99 of 20 conversations while a 20 MB PDF and a 10 MB image are read; reading time, peak RSS
+	$(BIN)/python bench/bench_attachments.py $(BENCH_ARGS)
 
 lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
 	@for f in dev graph bot standins; do \

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from tests.support.files import (
     zip_bomb_docx,
     zip_of,
 )
-from vagent_graph.attachments import ReadFile, ReadLimits, Refused, read_attachment
+from vagent_graph.attachments import ReadFile, ReadLimits, Refused, read_attachment, turn_content
 from vagent_shared.settings import GraphSettings
 
 LIMITS = ReadLimits(max_bytes=2 * 1024 * 1024, timeout=30, memory_mb=1024, image_max_side=1568)
@@ -240,7 +242,7 @@ async def test_the_event_loop_keeps_running_while_a_big_file_is_read() -> None:
 
     ticking = asyncio.create_task(ticker())
     started = time.perf_counter()
-    read = await read_attachment("big.pdf", big, LIMITS)
+    read = await read_attachment("big.pdf", big, replace(LIMITS, max_chars=10**9))  # every page
     took = time.perf_counter() - started
     done.set()
     await ticking
@@ -248,6 +250,16 @@ async def test_the_event_loop_keeps_running_while_a_big_file_is_read() -> None:
     assert took > 0.3  # a real parse, long enough for the ticker to notice a blocked loop
     assert len(gaps) > took / 0.05  # it ticked all along
     assert max(gaps) < 0.25, max(gaps)  # never stalled for the parse's length
+
+
+async def test_a_long_pdf_is_read_only_as_far_as_the_model_can_be_shown() -> None:
+    big = pdf_of_size(1_500_000, ["The quick brown fox jumps over the lazy dog, again and again."])
+    read = await read_attachment("big.pdf", big, replace(LIMITS, max_chars=4000))
+    assert read.pages is not None and read.pages > 300 and read.pages_read is not None
+    assert read.pages_read < 10 and "Page 1\n" in read.text and "Page 300" not in read.text
+    content = turn_content("summarise", [read], vision=False, max_tokens=1000)
+    assert isinstance(content, str)
+    assert re.search(rf"only its first \d of its {read.pages} pages are shown", content), content[:600]
 
 
 async def test_several_files_are_read_at_once() -> None:

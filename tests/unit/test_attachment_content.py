@@ -195,3 +195,11 @@ def test_describe_names_files_as_a_reply_says_them() -> None:
     assert describe([a, b]) == "report.pdf and screenshot.png"
     assert describe([a, b, c]) == "report.pdf, screenshot.png and c.txt"
     assert describe([]) == ""
+
+
+def test_text_the_reader_already_cut_is_told_with_the_whole_length() -> None:
+    kept = "a line of the log\n" * 50  # what the reader kept of a 1 MB text file
+    f = ReadFile("app.log", "text/plain", "document", 1_000_000, text=kept, chars=1_000_000)
+    content = turn_content("why did it fail?", [f], vision=False, max_tokens=10_000)
+    assert isinstance(content, str)
+    assert f"only its first {len(kept):,} of 1,000,000 characters (about 0%) are shown" in content

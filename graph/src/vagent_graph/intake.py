@@ -54,7 +54,13 @@ async def read_turn(
             return Reply(f"⚠️ I could not use {exc.name}: {exc.reason}")
         metrics.ATTACHMENT_SECONDS.observe(time.perf_counter() - started)
         metrics.ATTACHMENTS.labels(read.kind, "read").inc()
-        log.info("attachment_read", kind=read.kind, mime=read.mime, size=read.size)
+        log.info(
+            "attachment_read",
+            kind=read.kind,
+            mime=read.mime,
+            size=read.size,
+            worker_peak_rss=read.worker_peak_rss,
+        )
         files.append(read)
     human = HumanMessage(
         content=turn_content(message, files, vision=how.vision, max_tokens=how.max_tokens),

@@ -108,23 +108,31 @@ def _document_block(f: ReadFile, budget: int, n: int, count: int) -> str:
 
 
 def _cut(f: ReadFile, text: str, budget: int) -> tuple[str, str]:
-    """The text kept and the sentence saying what was cut ("" when nothing was)."""
-    if len(text) <= budget:
+    """The text kept and the sentence saying what was cut ("" when nothing was). The worker
+    may have read only the beginning (`chars`, `pages_read`): that is a cut too."""
+    whole = f.chars if f.chars is not None else len(text)
+    read_in_part = f.pages is not None and f.pages_read is not None and f.pages_read < f.pages
+    if len(text) <= budget and whole <= len(text) and not read_in_part:
         return text, ""
-    end = _cut_point(text, budget)
-    kept = text[:end].rstrip()
-    rest = len(text) - len(kept)
-    share = round(100 * len(kept) / len(text)) if text else 0
-    where = ""
-    if f.pages:
-        pages = _PAGE_LINE.findall(kept)
-        where = f", cut on page {pages[-1] if pages else 1} of {f.pages}"
+    kept = text[: _cut_point(text, budget)].rstrip() if len(text) > budget else text
+    if read_in_part:
+        shown = int((_PAGE_LINE.findall(kept) or ["1"])[-1])
+        total = f.pages or shown
+        what = f"first {shown} of its {total} pages"
+        rest = f"the remaining {total - shown} pages of the file are not shown"
+    else:
+        share = round(100 * len(kept) / whole) if whole else 0
+        where = ""
+        if f.pages:
+            pages = _PAGE_LINE.findall(kept)
+            where = f", cut on page {pages[-1] if pages else 1} of {f.pages}"
+        what = f"first {len(kept):,} of {whole:,} characters (about {share}%{where})"
+        rest = f"the remaining {whole - len(kept):,} characters of the file are not shown"
     note = (
-        f"The file is too long to show whole: only its first {len(kept):,} of {len(text):,} "
-        f"characters (about {share}%{where}) are shown. If the answer may be in the rest, tell "
-        "the user you read only the beginning of the file."
+        f"The file is too long to show whole: only its {what} are shown. If the answer may be "
+        "in the rest, tell the user you read only the beginning of the file."
     )
-    return f"{kept}\n[… cut here: the remaining {rest:,} characters of the file are not shown …]", note
+    return f"{kept}\n[… cut here: {rest} …]", note
 
 
 def _cut_point(text: str, budget: int) -> int:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import structlog
 
+from vagent_graph.attachments.content import CHARS_PER_TOKEN
 from vagent_graph.attachments.worker import TOO_MUCH_MEMORY
 from vagent_shared.attachments import clean_name, kind_of, sniff_mime
 
@@ -78,6 +79,9 @@ class ReadLimits:
     timeout: float
     memory_mb: int
     image_max_side: int
+    #: The most text of one document the model can be shown (ATTACHMENT_MAX_TOKENS): the
+    #: worker reads no further.
+    max_chars: int = 32_000
 
     @classmethod
     def from_settings(cls, s: GraphSettings) -> ReadLimits:
@@ -86,6 +90,7 @@ class ReadLimits:
             timeout=s.ATTACHMENT_PARSE_TIMEOUT_SECONDS,
             memory_mb=s.ATTACHMENT_PARSE_MEMORY_MB,
             image_max_side=s.IMAGE_MAX_SIDE,
+            max_chars=s.ATTACHMENT_MAX_TOKENS * CHARS_PER_TOKEN,
         )
 
 
@@ -97,8 +102,12 @@ class ReadFile:
     mime: str
     kind: Literal["document", "image"]
     size: int  # the original file's bytes
-    text: str = ""  # a document's whole extracted text (content.py cuts it)
+    text: str = ""  # a document's text, as much as the model may be shown (content.py cuts it)
     pages: int | None = None  # a PDF's pages
+    #: A PDF's pages read: fewer than `pages` when the text budget was reached first.
+    pages_read: int | None = None
+    #: The whole text's length, when known (a PDF read only in part: None).
+    chars: int | None = None
     image: bytes = b""  # an image scaled down: longer side <= image_max_side; PNG stays PNG, else JPEG
     image_mime: str = ""
     width: int = 0  # the original image's size, as the user sees it
@@ -158,6 +167,8 @@ async def read_attachment(name: str, data: bytes, limits: ReadLimits) -> ReadFil
             size,
             text=text if isinstance(text, str) else "",
             pages=pages if isinstance(pages, int) else None,
+            pages_read=_int(result.get("pages_read")) or None,
+            chars=_int(result.get("chars")) if result.get("chars") is not None else None,
             worker_peak_rss=peak,
         )
     try:
@@ -203,7 +214,10 @@ def _readable(name: str, mime: str | None) -> tuple[Literal["document", "image"]
 async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> dict[str, Any]:
     """Run worker.py on the bytes; its JSON answer, or Refused when it died or overran."""
     cpu_seconds = math.ceil(limits.timeout) + 1  # the wall-clock timeout below is the tighter one
-    request = json.dumps({"mime": mime, "max_side": limits.image_max_side}).encode() + b"\n"
+    request = json.dumps(
+        {"mime": mime, "max_side": limits.image_max_side, "max_chars": limits.max_chars}
+    ).encode()
+    request += b"\n"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -216,7 +230,7 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
         env=_worker_env(),
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(request + data), limits.timeout)
+        out, err = await asyncio.wait_for(_exchange(proc, request, data), limits.timeout)
     except TimeoutError:
         log.info("attachment_worker_timeout", mime=mime, size=len(data), timeout=limits.timeout)
         raise Refused(name, f"reading it took too long (over {limits.timeout:g} seconds)") from None
@@ -242,6 +256,38 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
     if returncode == -signal.SIGKILL:  # not ours (we kill only after the timeout): the OOM killer
         raise Refused(name, TOO_MUCH_MEMORY)
     raise Refused(name, _DAMAGED)
+
+
+#: The file goes to the worker in pieces this large, each written out before the next: the
+#: pipe's buffer never holds a copy of the whole file.
+_FEED_CHUNK = 1 << 20
+
+
+async def _exchange(proc: asyncio.subprocess.Process, request: bytes, data: bytes) -> tuple[bytes, bytes]:
+    """Like communicate(request + data), without its two copies of the file (the sum, then
+    the transport's buffer of what the pipe did not take at once)."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdin = proc.stdin
+
+    async def feed() -> None:
+        try:
+            stdin.write(request)
+            view = memoryview(data)
+            for start in range(0, len(view), _FEED_CHUNK):
+                stdin.write(view[start : start + _FEED_CHUNK])
+                await stdin.drain()
+            stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the worker ended early (a limit): its exit status says why
+
+    feeding = asyncio.ensure_future(feed())
+    try:
+        out, err = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+        await feeding
+    finally:
+        feeding.cancel()
+    await proc.wait()
+    return out, err
 
 
 def _worker_env() -> dict[str, str]:

@@ -6,7 +6,7 @@ zip bomb hits RLIMIT_AS and ends as a MemoryError (or a dead process), an endles
 RLIMIT_CPU or the parent's timeout, a parser crash kills this process only; the graph's
 event loop only ever waits on a pipe.
 
-Protocol: stdin is one JSON line ({"mime", "max_side"}) and then the file's bytes; stdout is
+Protocol: stdin is one JSON line ({"mime", "max_side", "max_chars"}) and then the file's bytes; stdout is
 one JSON object: {"ok": true, ...what was read} or {"ok": false, "reason": ...}, with
 "peak_rss" (bytes) either way. A reason is a short phrase the user reads. Anything else on
 stdout or stderr (a library printing) goes to stderr, which the parent logs, never shows.
@@ -74,7 +74,7 @@ def main() -> int:
     request = json.loads(sys.stdin.buffer.readline())
     data = sys.stdin.buffer.read()
     try:
-        result = _read(str(request["mime"]), int(request["max_side"]), data)
+        result = _read(str(request["mime"]), int(request["max_side"]), int(request["max_chars"]), data)
     except Refusal as refusal:
         result = {"ok": False, "reason": refusal.reason}
     except MemoryError:
@@ -116,9 +116,9 @@ def _lower(which: int, soft: int, hard: int) -> None:
     resource.setrlimit(which, (soft, hard))
 
 
-def _read(mime: str, max_side: int, data: bytes) -> dict[str, Any]:
+def _read(mime: str, max_side: int, max_chars: int, data: bytes) -> dict[str, Any]:
     if mime in _FORMATS:
-        return _document(mime, data)
+        return _document(mime, data, max_chars)
     if mime in _PIL_FORMATS:
         return _image(mime, max_side, data)
     raise Refusal("this kind of file is not supported")
@@ -127,13 +127,16 @@ def _read(mime: str, max_side: int, data: bytes) -> dict[str, Any]:
 # --- documents --------------------------------------------------------------------------------
 
 
-def _document(mime: str, data: bytes) -> dict[str, Any]:
+def _document(mime: str, data: bytes, max_chars: int) -> dict[str, Any]:
+    """The text, at most about `max_chars` of it (what the model can be shown at most): a
+    PDF's pages are extracted only that far, other text is cut after parsing. `chars` is
+    the whole text's length when known, `pages_read` how many of a PDF's pages were read."""
     from vagent_graph.knowledge.parsing import DocumentError, parse_document, quiet_parsers
 
     quiet_parsers()
     fmt = _FORMATS[mime]
     try:
-        doc = parse_document(data, fmt, _LABEL)
+        doc = parse_document(data, fmt, _LABEL, max_chars=max_chars)
     except DocumentError as exc:
         if _caused_by_memory(exc):
             raise MemoryError from exc
@@ -149,7 +152,17 @@ def _document(mime: str, data: bytes) -> dict[str, Any]:
         previous = section.headings
         if section.text:
             parts.append(section.text)
-    return {"ok": True, "text": "\n\n".join(parts), "pages": len(doc.sections) if pdf else None}
+    text = "\n\n".join(parts)
+    read = len(doc.sections)
+    if pdf and doc.total_pages is not None:  # stopped early: the whole length is unknown
+        return {"ok": True, "text": text, "pages": doc.total_pages, "pages_read": read, "chars": None}
+    return {
+        "ok": True,
+        "text": text[: max_chars + 1],  # one more: the cut below it is still seen as a cut
+        "pages": read if pdf else None,
+        "pages_read": read if pdf else None,
+        "chars": len(text),
+    }
 
 
 def _caused_by_memory(exc: BaseException) -> bool:
@@ -198,7 +211,12 @@ def _scaled(image: PILImage, mime: str, max_side: int) -> dict[str, Any]:
     if image.getexif().get(0x0112) in (5, 6, 7, 8):
         width, height = height, width
     if mime == "image/jpeg":
-        image.draft("RGB", (max_side, max_side))  # decode at 1/2, 1/4 or 1/8 size when it can
+        # Decode at 1/2, 1/4 or 1/8 size when the result still covers the thumbnail: the box
+        # must be the thumbnail's own (a square box keeps a 4:3 photo at full size, 32 MB of
+        # RGB for 12 megapixels; bench/README.md, bench-attachments).
+        scale = max_side / max(image.size)
+        if scale < 1:
+            image.draft("RGB", (max(1, int(image.size[0] * scale)), max(1, int(image.size[1] * scale))))
     image.load()
     ImageOps.exif_transpose(image, in_place=True)
     keep_png = mime == "image/png"
