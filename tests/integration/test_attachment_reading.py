@@ -276,7 +276,8 @@ async def test_several_files_are_read_at_once() -> None:
 async def test_a_cancelled_turn_leaves_no_worker_behind() -> None:
     big = pdf_of_size(1_500_000, ["Lorem ipsum dolor sit amet, consectetur adipiscing elit."])
     before = _children()  # the session's servers
-    task = asyncio.create_task(read_attachment("big.pdf", big, LIMITS))
+    every_page = replace(LIMITS, max_chars=10**9)  # a long read, not the budget's first pages
+    task = asyncio.create_task(read_attachment("big.pdf", big, every_page))
     await asyncio.sleep(0.2)
     assert _children() - before, "the worker should be running"
     task.cancel()

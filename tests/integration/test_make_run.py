@@ -384,7 +384,7 @@ def test_make_run_hears_the_voice_sample_and_takes_files(make_run: dict[str, int
     out = chat(
         make_run,
         tmp_path,
-        "alice",
+        "carol",  # alice has sent many messages by now: flood control would step in
         [
             (f"/voice {samples / 'voice.wav'}", r'🎤 "What is on my calendar today\?"'),
             # the offline model quotes what it was given: the PDF's first lines, cited as hers
