@@ -13,7 +13,7 @@ from vagent_shared.settings import BotSettings
 async def test_the_pool_to_the_graph_has_the_configured_size(limit: int) -> None:
     client = GraphClient("http://127.0.0.1:1", None, max_connections=limit)
     try:
-        connector = client._http().connector
+        connector = client._session.get().connector
         assert connector is not None and connector.limit == limit
     finally:
         await client.aclose()

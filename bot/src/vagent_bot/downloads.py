@@ -26,7 +26,7 @@ from nio import AsyncClient
 from nio.crypto.attachments import decrypt_attachment
 from nio.exceptions import EncryptionError
 
-from vagent_bot.http import proxy_for
+from vagent_bot.http import LazySession, proxy_for
 from vagent_bot.media import Media, declared_size_refusal, mxc_parts, too_large, type_refusal
 from vagent_shared.attachments import Kind, sniff_mime
 from vagent_shared.settings import BotSettings
@@ -70,7 +70,7 @@ class MediaDownloader:
         self.homeserver = homeserver.rstrip("/")
         self._token, self.max_bytes, self.stall_seconds = token, max_bytes, stall_seconds
         self._proxy = proxy_for(self.homeserver)
-        self._session, self._owns_session = session, session is None
+        self._session = LazySession(session)
 
     @classmethod
     def for_client(cls, client: AsyncClient, settings: BotSettings) -> MediaDownloader:
@@ -81,16 +81,8 @@ class MediaDownloader:
             stall_seconds=settings.ATTACHMENT_STALL_SECONDS,
         )
 
-    def _http(self) -> aiohttp.ClientSession:
-        """Created on first use: an aiohttp session belongs to the running loop."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
     async def aclose(self) -> None:
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.aclose()
 
     async def fetch(self, media: Media, accept: frozenset[Kind]) -> Downloaded:
         """The file's bytes, decrypted and of a kind in `accept`; raises MediaRefused."""
@@ -117,7 +109,7 @@ class MediaDownloader:
         stall = self.stall_seconds
         timeout = aiohttp.ClientTimeout(total=None, connect=stall, sock_connect=stall, sock_read=stall)
         try:
-            async with self._http().get(
+            async with self._session.get().get(
                 url, headers=headers, timeout=timeout, proxy=self._proxy, max_redirects=3
             ) as resp:
                 if resp.status != 200:

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel
 
 from vagent_bot import metrics
-from vagent_bot.http import proxy_for
+from vagent_bot.http import LazySession, proxy_for
 from vagent_shared.events import SSEDecoder, SSEEvent, parse_sse_event
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest, ResetRequest
 
@@ -76,24 +76,17 @@ class GraphClient:
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=10.0, sock_connect=5.0, sock_read=read_timeout
         )
-        self._max_connections = max_connections
-        self._session = session
-        self._owns_session = session is None
-
-    def _http(self) -> aiohttp.ClientSession:
-        """Created on first use: an aiohttp session belongs to the running loop."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._max_connections),
+        self._session = LazySession(
+            session,
+            lambda: aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=max_connections),
                 timeout=self._timeout,
                 headers=self._headers,
-            )
-        return self._session
+            ),
+        )
 
     async def aclose(self) -> None:
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.aclose()
 
     async def process_message(self, req: ProcessMessageRequest) -> AsyncIterator[SSEEvent]:
         async for ev in self._stream("process_message", req):
@@ -106,7 +99,7 @@ class GraphClient:
     async def reset(self, session_id: str) -> None:
         body = ResetRequest(session_id=session_id).model_dump_json()
         try:
-            async with self._http().post(
+            async with self._session.get().post(
                 f"{self.base_url}/api/v1/reset_session", data=body, headers=_JSON, proxy=self._proxy
             ) as r:
                 raw = await r.read()
@@ -116,7 +109,7 @@ class GraphClient:
 
     async def healthy(self) -> bool:
         try:
-            async with self._http().get(
+            async with self._session.get().get(
                 f"{self.base_url}/health", timeout=aiohttp.ClientTimeout(total=3), proxy=self._proxy
             ) as r:
                 await r.read()
@@ -128,7 +121,7 @@ class GraphClient:
         done = False
         decoder = SSEDecoder()
         try:
-            async with self._http().post(
+            async with self._session.get().post(
                 f"{self.base_url}/api/v1/{endpoint}",
                 data=req.model_dump_json(),
                 headers={**_JSON, "Accept": "text/event-stream"},

@@ -14,7 +14,7 @@ import re
 import aiohttp
 import structlog
 
-from vagent_bot.http import proxy_for
+from vagent_bot.http import LazySession, proxy_for
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)
@@ -56,7 +56,7 @@ class Transcriber:
         self.model, self._api_key = model, api_key
         self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
         self._proxy = proxy_for(self.base_url) if self.base_url else None
-        self._session, self._owns_session = session, session is None
+        self._session = LazySession(session)
 
     @classmethod
     def from_settings(cls, settings: BotSettings) -> Transcriber:
@@ -69,15 +69,8 @@ class Transcriber:
     def configured(self) -> bool:
         return self.base_url is not None
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
     async def aclose(self) -> None:
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.aclose()
 
     async def transcribe(self, audio: bytes, name: str, mimetype: str) -> str:
         """The words of `audio` (its type sniffed from its bytes); raises TranscriptionFailed."""
@@ -89,7 +82,7 @@ class Transcriber:
         form.add_field("file", audio, filename=audio_filename(name, mimetype), content_type=mimetype)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         try:
-            async with self._http().post(
+            async with self._session.get().post(
                 f"{self.base_url}/audio/transcriptions",
                 data=form,
                 headers=headers,
