@@ -30,10 +30,18 @@ model paced like a hosted one, what each costs, and what a parked question costs
    added first-token p99 and CPU per turn, MCP/built-in, the verdict against the target, and
    the MCP server's calls grouped by the fingerprint (SHA-256) of the key they carried,
    which must be exactly their users' keys (a MISMATCH is printed and the exit code is 1).
+5. Tracing (``--tracing``). Beside ``current`` (tracing off: no OTEL_* variable), a second
+   graph process ``traced`` exports every span over OTLP/HTTP (the SDK's defaults: batch
+   processor, 5 s schedule) to a real receiver in this process (``tests/support/otlp_receiver``,
+   decoding each export with opentelemetry-proto); the two alternate step by step on the same
+   core. Printed per step: both added first-token p99s and CPU per conversation, traced/off;
+   then the median CPU ratio against the target (tracing costs at most 5% CPU per
+   conversation) and the spans received per turn.
 
     .venv/bin/python bench/bench_capacity.py                 # or: make bench-capacity
     .venv/bin/python bench/bench_capacity.py --baseline-ref 7ba0554
     .venv/bin/python bench/bench_capacity.py --mcp           # MCP tool turns vs built-in ones
+    .venv/bin/python bench/bench_capacity.py --tracing       # OpenTelemetry exported vs off
     .venv/bin/python bench/bench_capacity.py --quick         # seconds, for smoke tests
 """
 
@@ -87,6 +95,7 @@ from redis_local import RedisServer, free_port  # noqa: E402
 from tests.support.factories import ALL_TOOLS, DOMAIN, ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from tests.support.mcp_server import McpTestServer, fingerprint, tool  # noqa: E402
+from tests.support.otlp_receiver import OtlpReceiver  # noqa: E402
 from tests.support.procs import ServiceProcess  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, TextChunk, TextFinal  # noqa: E402
@@ -128,6 +137,8 @@ QUICK: dict[str, Any] = {
 #: a tool turn, steps around the target's 50, no parking.
 MCP_DEFAULTS: dict[str, Any] = {"steps": "10,25,50,100", "tool_share": 1.0, "park": 0}
 MCP_QUICK: dict[str, Any] = {"tool_share": 1.0, "park": 0}
+#: --tracing: the most CPU per conversation tracing may add (issue 23).
+TRACING_TARGET = 0.05
 VERSIONS_OF = (
     "langgraph",
     "langgraph-checkpoint-redis",
@@ -948,6 +959,7 @@ class Config:
     json_path: Path
     mcp: bool = False
     graph_cpu: int = 0
+    tracing: bool = False
     #: --mcp: set when a call on the MCP server carried another key than its user's
     credential_mismatch: bool = False
 
@@ -1260,6 +1272,50 @@ def print_comparison(variants: list[Variant], caps: dict[str, Any]) -> dict[str,
     }
 
 
+def print_tracing(variants: list[Variant], receiver: OtlpReceiver) -> dict[str, Any]:
+    """Per step traced vs off, and the verdict on the target (at most 5% more CPU)."""
+    off, on = variants[0], next(v for v in variants if v.name == "traced")
+    time.sleep(6)  # the traced graph's batch processor exports every 5 s: the last spans
+    print("\n3) tracing: OpenTelemetry exported over OTLP (traced) vs off (current), alternating")
+    print(
+        f"   {'conv':>6} | {'off p99':>8} {'cpu s/cv':>9} | {'traced p99':>10} {'cpu s/cv':>9} | "
+        f"{'cpu traced/off':>14} {'p99 added':>9}"
+    )
+    by_on = {r["conversations"]: r for r in on.rows}
+    steps = []
+    for r in off.rows:
+        t = by_on.get(r["conversations"])
+        if t is None:
+            continue
+        ratio = t["cpu_s_per_conversation"] / r["cpu_s_per_conversation"]
+        p99_added = t["added_first_ms"]["p99"] - r["added_first_ms"]["p99"]
+        steps.append({"conversations": r["conversations"], "cpu_ratio": ratio, "p99_added_ms": p99_added})
+        print(
+            f"   {r['conversations']:>6} | "
+            f"{r['added_first_ms']['p99']:>8.1f} {r['cpu_s_per_conversation']:>9.3f} | "
+            f"{t['added_first_ms']['p99']:>10.1f} {t['cpu_s_per_conversation']:>9.3f} | "
+            f"{ratio:>14.3f} {p99_added:>+9.1f}"
+        )
+    ratios = [x["cpu_ratio"] for x in steps]
+    cost = statistics.median(ratios) - 1 if ratios else math.nan
+    turns = sum(r["turns_completed"] for r in on.rows)
+    spans = receiver.span_count
+    within = bool(cost <= TRACING_TARGET)
+    print(
+        f"   tracing costs {100 * cost:+.1f}% CPU per conversation (median of the per-step ratios; "
+        f"target <= {100 * TRACING_TARGET:.0f}%): {'YES' if within else 'NO'}; "
+        f"{spans:,} spans received in {receiver.requests:,} exports, "
+        f"{spans / max(turns, 1):.1f} per measured turn (warm-up and history turns included in the spans)"
+    )
+    return {
+        "steps": steps,
+        "cpu_cost_median": cost,
+        "within_target": within,
+        "spans_received": spans,
+        "exports": receiver.requests,
+    }
+
+
 # ----------------------------------------------------------------------- parking
 
 
@@ -1424,6 +1480,12 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         f"alternating (instead of a baseline); changes the defaults: {MCP_DEFAULTS}, --quick: {MCP_QUICK}",
     )
     p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also run a graph exporting OpenTelemetry traces to a local OTLP receiver, alternating "
+        "with the untraced one: CPU per conversation and added p99, traced vs off",
+    )
+    p.add_argument(
         "--placement",
         choices=["split", "kernel"],
         default="split",
@@ -1437,6 +1499,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         base = {**base, **(MCP_QUICK if a.quick else MCP_DEFAULTS)}
         if a.baseline_ref:
             p.error("--mcp compares two kinds of tool turn on one graph; it takes no --baseline-ref")
+        if a.tracing:
+            p.error("--mcp takes no --tracing: run them apart")
     val = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
     try:
         steps = [int(s) for s in str(val["steps"]).split(",") if s.strip()]
@@ -1462,6 +1526,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         log_level=a.log_level,
         json_path=a.json or default_results_path("capacity"),
         mcp=a.mcp,
+        tracing=a.tracing,
     )
 
 
@@ -1519,6 +1584,14 @@ def run(cfg: Config) -> dict[str, Any]:
                 where,
             )
             variants.append(Variant("baseline", baseline, sha[:10]))
+        receiver: OtlpReceiver | None = None
+        if cfg.tracing:
+            receiver = OtlpReceiver(keep_spans=False).start()
+            stack.callback(receiver.stop)
+            otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+            traced = GraphProcess(redis.url, tmp / "graph-traced", llm_url, **otel, **extra)
+            conf["tracing"] = {"exporter": "otlp http/protobuf", "receiver": receiver.endpoint}
+            variants.append(Variant("traced", traced, code))
         for service in {id(v.service): v.service for v in variants}.values():
             stack.callback(service.stop)
             service.start()
@@ -1558,6 +1631,7 @@ def run(cfg: Config) -> dict[str, Any]:
             ramp(cfg, variants, client, llm_url, mcp)
             caps = capacity_summary(cfg, variants)
             comparison = print_comparison(variants, caps) if cfg.baseline_ref else None
+            tracing = print_tracing(variants, receiver) if receiver is not None else None
             mcp_result = None
             if mcp is not None:
                 mcp.take_calls()
@@ -1584,6 +1658,7 @@ def run(cfg: Config) -> dict[str, Any]:
         parking=parked,
         rss_control=control,
         **({"mcp": mcp_result} if cfg.mcp else {}),
+        **({"tracing": tracing} if cfg.tracing else {}),
     )
 
 

@@ -273,6 +273,8 @@ def main() -> int:
                 env.setdefault("STT_API_KEY", env["STT_STANDIN_API_KEY"])
         if not env.get("AGENT_DESCRIPTOR"):
             env["AGENT_DESCRIPTOR"] = str(ROOT / "deploy/dev/agent.yaml")
+        # Generous token budgets a newcomer can edit to see one apply (docs/budgets.md).
+        env.setdefault("BUDGETS_FILE", str(ROOT / "deploy/dev/budgets.yaml"))
         if not env.get("CREDENTIAL_CACHE_KEY"):
             env["CREDENTIAL_CACHE_KEY"] = dev_secret("credential_cache_key", fernet_key)
         env.setdefault("GRAPH_API_ENDPOINT", f"http://127.0.0.1:{port}")
@@ -343,6 +345,7 @@ vagent is running.
   speech-to-text  {stt_url}   ({stt_note})
   agent           {env["AGENT_DESCRIPTOR"]}   (AGENT_DESCRIPTOR)
   audit trail     `{redis_env}.venv/bin/vagent audit tail` (Redis stream {audit_stream})
+  token usage     `{redis_env}.venv/bin/vagent usage` (budgets: {env["BUDGETS_FILE"] or "none"})
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
 Talk to it: `make chat` in another terminal (as @alice:localhost; CHAT_USER=@dave:localhost
 CHAT_PASSWORD=dave-password make chat to see a user without access get nothing), or any Matrix

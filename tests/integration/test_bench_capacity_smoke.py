@@ -1,4 +1,5 @@
-"""`bench/bench_capacity.py --quick --baseline-ref HEAD` runs end to end and reports every figure.
+"""`bench/bench_capacity.py --quick --baseline-ref HEAD --tracing` runs end to end and reports
+every figure.
 
 Why: the capacity benchmark is run rarely and by hand, so without this it would rot
 unnoticed. It checks that the ramp table, the comparison, the parking figures and the
@@ -31,6 +32,7 @@ def test_bench_capacity_quick_prints_and_writes_every_figure(tmp_path: Path) -> 
             "--quick",
             "--baseline-ref",
             "HEAD",
+            "--tracing",
             "--json",
             str(json_path),
         ],
@@ -42,13 +44,14 @@ def test_bench_capacity_quick_prints_and_writes_every_figure(tmp_path: Path) -> 
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
 
-    for variant in ("current", "baseline"):
+    for variant in ("current", "baseline", "traced"):
         for n in QUICK_STEPS:
             row = rf"{variant}\s+{n}\s+{2 * n}/{2 * n}\s+100%\s+0\s+-?\d+\.\d\s+-?\d+\.\d\s+\d+\.\d{{3}}"
             assert re.search(row, out), f"missing ramp row {row!r}:\n{out}"
         assert re.search(rf"{variant}\s+sustains\s+\d+ conversations\. A conversation costs", out), out
     assert "baseline: " in out and "/.data/bench-worktrees/" in out, out  # imported from the worktree
     assert re.search(r"carries [+-]\d+\.\d% conversations per core .*at the same p99: (YES|NO)", out), out
+    assert re.search(r"tracing costs [+-]\d+\.\d% CPU per conversation .*: (YES|NO); [\d,]+ spans", out), out
     assert re.search(rf"parked {QUICK_PARK} \(0 failed\)", out), out
     assert re.search(r"redis bytes per parked session: [\d,]+ \(used_memory delta", out), out
     assert re.search(r"graph RSS: \d+\.\d MiB after \d+ parked -> \d+\.\d MiB", out), out
@@ -61,8 +64,9 @@ def test_bench_capacity_quick_prints_and_writes_every_figure(tmp_path: Path) -> 
     assert {"machine", "config", "steps", "capacity", "comparison", "parking"} <= results.keys()
     steps = results["steps"]
     assert sorted((r["variant"], r["conversations"]) for r in steps) == sorted(
-        (v, n) for v in ("current", "baseline") for n in QUICK_STEPS
+        (v, n) for v in ("current", "baseline", "traced") for n in QUICK_STEPS
     )
+    assert results["tracing"]["spans_received"] > 0, results["tracing"]
     for r in steps:
         assert r["errors"] == 0 and r["completion_rate"] == 1.0, r
         assert r["graph_cpu_s"] > 0 and r["rss_mb"] > 0 and r["cpu_s_per_conversation"] > 0, r

@@ -265,6 +265,11 @@ async def dump(redis: Redis) -> dict[str, str]:
         kind = _text(await redis.type(raw))
         if kind == "string":
             value = _text(await redis.get(raw))
+        elif kind == "hash" and key.startswith("usage:"):  # a day of token usage: every user's counters
+            counters = await redis.hgetall(raw)
+            for name, count in counters.items():
+                out[f"{key} #{_text(name)}"] = _text(count)
+            value = f"hash of {len(counters)}"
         elif kind == "hash":
             value = _text(await redis.hgetall(raw))
         elif kind == "ReJSON-RL":
@@ -333,6 +338,7 @@ async def test_forget_erases_every_key_of_hers_and_nothing_of_anyone_else(world:
         "graph:question_pending:",
         "credential_cache:",
         "bot:flood:",
+        "usage:",  # her token usage counters (fields of the day's hash)
     ):
         assert any(k.startswith(kind) for k in hers_before), kind
     assert any(
@@ -451,6 +457,7 @@ async def test_dry_run_lists_and_deletes_nothing(world: World) -> None:
     assert w.forget(w.alice).returncode == 0
     after = await dump(w.redis)
     gone = set(of_test(before, w.tag)) - set(after)  # (other tests' keys may expire meanwhile)
+    gone = {k.replace(" #", " ", 1) for k in gone}  # a usage counter is listed as `{key} {field}`
     assert gone == listed and sync_token in after
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -46,7 +47,15 @@ def test_readme_documents_every_setting() -> None:
 
 
 @pytest.fixture(scope="module")
-def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+def budgets_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stack's BUDGETS_FILE: a copy of the demo's, so a test can edit it as a newcomer would."""
+    path = tmp_path_factory.mktemp("budgets") / "budgets.yaml"
+    path.write_text((ROOT / "deploy" / "dev" / "budgets.yaml").read_text())
+    return path
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory: pytest.TempPathFactory, budgets_file: Path) -> Iterator[dict[str, int]]:
     ports = {
         name: free_port()
         for name in (
@@ -89,10 +98,15 @@ def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int
         "STT_API_KEY",
         "STT_STANDIN_API_KEY",
         "AUDIT_STREAM",
+        "BUDGETS_FILE",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     }
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(
-        {k: str(v) for k, v in ports.items()}, VAGENT_DATA_DIR=str(tmp_path_factory.mktemp("make-run"))
+        {k: str(v) for k, v in ports.items()},
+        VAGENT_DATA_DIR=str(tmp_path_factory.mktemp("make-run")),
+        BUDGETS_FILE=str(budgets_file),
     )
     proc = subprocess.Popen(
         ["make", "-s", "run"],
@@ -399,3 +413,47 @@ def test_make_run_hears_the_voice_sample_and_takes_files(make_run: dict[str, int
         CHAT_SAVE_DIR=str(tmp_path / "received"),
     )
     assert "vagent:" in out.split("Ctrl-D quits")[1]
+
+
+def vagent_json(make_run: dict[str, int], *args: str) -> list[Any]:
+    """`vagent ... --json` against the stack's Redis, as README tells operators to run it."""
+    env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{make_run['REDIS_PORT']}/0"}
+    command = [str(BIN / "vagent"), *args, "--json"]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=True).stdout
+    try:
+        found = json.loads(out)  # one JSON document (`trace list`: an array)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in out.splitlines() if line.strip()]  # JSON lines
+    return found if isinstance(found, list) else [found]
+
+
+def test_make_run_why_usage_and_a_tiny_budget(
+    make_run: dict[str, int], budgets_file: Path, tmp_path: Path
+) -> None:
+    """Issue 23's "done when": bob asks, reacts 🔍 (`/why` in make chat) and sees how the answer
+    came about; `vagent usage` shows his tokens; with a tiny budget in the policy file he is
+    told he is over budget and no LLM call is made (his model calls stay as they were)."""
+    out = chat(
+        make_run,
+        tmp_path,
+        "bob",
+        [
+            ("how many records are older than 2020?", r"\(offline model\) records"),
+            ("/why", r"How this answer came about(?s:.*)Total:\*\* \d+ in / \d+ out tokens"),
+        ],
+    )
+    assert "database_query" in out.split("How this answer came about")[1]
+    rows = vagent_json(make_run, "usage", "--user", "@bob:localhost")
+    assert rows, "vagent usage shows nothing for bob"
+    calls = sum(int(r["llm_calls"]) for r in rows)
+    assert calls >= 2 and sum(int(r["total_tokens"]) for r in rows) > 0, rows
+
+    policy = yaml.safe_load(budgets_file.read_text())
+    policy["users"]["@bob:localhost"] = {"daily_tokens": 10}
+    budgets_file.write_text(yaml.safe_dump(policy))
+    time.sleep(1.5)  # the graph looks at the file at most once a second
+    chat(make_run, tmp_path, "bob", [("how many records are older than 2020?", r"token budget")])
+    after = vagent_json(make_run, "usage", "--user", "@bob:localhost")
+    assert sum(int(r["llm_calls"]) for r in after) == calls, after
+    traces = vagent_json(make_run, "trace", "list", "--user", "@bob:localhost")
+    assert traces and traces[0]["outcome"] == "over_budget", traces

@@ -27,7 +27,7 @@ from tests.support.sse import kinds, post_sse
 from tests.support.tcp_proxy import RoundRobinProxy
 from vagent_graph.session_lock import LEASE_SECONDS
 from vagent_shared import parse_sse_event
-from vagent_shared.events import HitlRequest, TextChunk, TextFinal
+from vagent_shared.events import HitlRequest, TextChunk, TextFinal, TurnStarted
 
 CUTOFF = "2020-01-01"
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
@@ -132,6 +132,8 @@ async def test_a_replica_killed_mid_stream(replicas: Replicas, llm_server: Scrip
             ) as src:
                 assert src.response.status_code == 200
                 async for sse in src.aiter_sse():
+                    if sse.event == TurnStarted.EVENT:  # the turn's id, sent before anything
+                        continue
                     seen.append(parse_sse_event(sse.event, sse.data).EVENT)
                     if len(seen) == 1:
                         served = replicas.proxy.routed[-1]

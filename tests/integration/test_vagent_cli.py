@@ -20,6 +20,7 @@ COMMANDS = {
     "docs": ["ingest", "list", "delete", "status", "reindex", "entities"],
     "docs entities": ["load", "delete"],
     "audit": ["tail", "export"],
+    "trace": ["show", "list"],
     "admin": ["forget", "genkey"],
 }
 
@@ -45,7 +46,7 @@ def test_the_top_level_help_lists_every_group_and_completion() -> None:
         top = vagent(flag)
         assert top.returncode == 0, top.stderr
         assert top.stdout.startswith("Usage: vagent [OPTIONS] COMMAND [ARGS]...")
-        assert listed(top.stdout) == ["docs", "audit", "admin"]
+        assert listed(top.stdout) == ["usage", "docs", "audit", "trace", "admin"]
         assert "--install-completion" in top.stdout and "--show-completion" in top.stdout
     bare = vagent()
     assert bare.returncode == 2 and "Usage: vagent" in bare.stdout + bare.stderr

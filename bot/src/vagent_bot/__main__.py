@@ -18,6 +18,7 @@ from vagent_bot.graph_client import GraphClient
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import BotSettings
+from vagent_shared.telemetry import setup_tracing
 
 log = structlog.get_logger("vagent_bot")
 
@@ -93,7 +94,13 @@ def main() -> None:
     if not (settings.MATRIX_PASSWORD or settings.MATRIX_ACCESS_TOKEN):
         print("vagent-bot: set MATRIX_PASSWORD or MATRIX_ACCESS_TOKEN", file=sys.stderr)
         raise SystemExit(2)
-    raise SystemExit(asyncio.run(amain(settings)))
+    tracing = setup_tracing("vagent-bot", capture=settings.OTEL_CAPTURE_CONTENT)
+    try:
+        code = asyncio.run(amain(settings))
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # what is still queued is exported before the process ends
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

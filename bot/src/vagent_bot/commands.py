@@ -1,4 +1,4 @@
-"""The bot's own commands (`!help`, `!reset`, `!stop`), recognised before the agent sees a message.
+"""The bot's own commands (`!help`, `!reset`, `!stop`, `!why`), recognised before the agent sees a message.
 
 Parsing runs on the text routing already cleaned of prefix, mention and reply fallback.
 An unknown `!word` is not an error: it is returned as None and goes to the agent like any
@@ -13,8 +13,8 @@ from typing import Literal
 
 from vagent_shared.hitl import YES_NO, format_question
 
-CommandName = Literal["help", "reset", "stop"]
-COMMANDS: tuple[CommandName, ...] = ("help", "reset", "stop")
+CommandName = Literal["help", "reset", "stop", "why"]
+COMMANDS: tuple[CommandName, ...] = ("help", "reset", "stop", "why")
 _BY_NAME: dict[str, CommandName] = {c: c for c in COMMANDS}
 
 _COMMAND = re.compile(r"!(\w+)(?:\s+(.*))?", re.DOTALL)
@@ -56,6 +56,8 @@ a separate conversation with its own memory; the main timeline is another one.
 - `!help`: show this message.
 - `!reset`: forget your conversation here (this thread, or the main timeline) and start over.
 - `!stop`: stop the answer {agent_name} is writing for you.
+- `!why`: as a reply to one of {agent_name}'s answers (or react to it with 🔍): how that answer \
+came about (steps, tools, sources, tokens, time), in its thread. Only for the person who asked.
 
 **Confirmations**
 Before doing something that changes data, {agent_name} asks first, for example:

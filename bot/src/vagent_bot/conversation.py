@@ -35,8 +35,10 @@ from vagent_bot.hitl_store import HitlStore
 from vagent_bot.images_out import post_image
 from vagent_bot.media import heard_line, video_refusal
 from vagent_bot.routing import IncomingMessage
+from vagent_bot.spans import access_span
 from vagent_bot.streaming import Answer
 from vagent_bot.tenants import Tenants
+from vagent_bot.trace_store import TraceStore, TurnIndex
 from vagent_bot.transcribe import Transcriber, TranscriptionFailed
 from vagent_bot.turn_files import TurnFiles, TurnInput
 from vagent_shared import redis_keys
@@ -48,6 +50,7 @@ from vagent_shared.events import (
     SSEEvent,
     TextChunk,
     TextFinal,
+    TurnStarted,
 )
 from vagent_shared.hitl import PendingQuestion, format_question
 from vagent_shared.knowledge import Audience
@@ -84,6 +87,8 @@ class Conversations:
         self.settings, self.client, self.redis = settings, client, redis
         self.graph, self.access, self.flood = graph, access, flood
         self.hitl, self.tenants = hitl, tenants
+        #: Which turn each answer belongs to (🔍 / `!why` find its TurnTrace: `why_answers`).
+        self.traces = TraceStore(redis, settings.TRACE_TTL_SECONDS)
         self.files = files or TurnFiles(
             client,
             MediaDownloader.for_client(client, settings),
@@ -105,13 +110,16 @@ class Conversations:
     # ---- may the user speak, who else reads ------------------------------------------------
     async def check_access(self, room_id: str, user_id: str) -> AccessResult | None:
         """Layer 1. Denied, or no tenant: None, and the caller stays silent."""
-        domain = await self.tenants.domain(room_id)
-        if domain is None:
-            metrics.ACCESS.labels("no_tenant").inc()
-            log.warning("access_denied", user_id=user_id, room_id=room_id, reason="no_tenant_domain")
-            return None
-        result = await self.access.check(user_id, domain)
-        return result if result.allowed and result.ac is not None else None
+        with access_span(room_id, user_id) as span:
+            domain = await self.tenants.domain(room_id)
+            if domain is None:
+                metrics.ACCESS.labels("no_tenant").inc()
+                log.warning("access_denied", user_id=user_id, room_id=room_id, reason="no_tenant_domain")
+                span.set_attribute("vagent.access.reason", "no_tenant_domain")
+                return None
+            result = await self.access.check(user_id, domain)
+            span.set_attributes({"vagent.access.reason": result.reason, "vagent.tenant": domain})
+            return result if result.allowed and result.ac is not None else None
 
     async def resolve_audience(self, room_id: str, sender: str) -> Audience | None:
         """Who else reads an answer to `sender` here, resolved afresh: None in a DM or with
@@ -256,11 +264,12 @@ class Conversations:
             await self.redis.set(redis_keys.bot_thread(sid.room_id, sid.thread_id), "1", ex=THREAD_MARK_TTL)
         answer.start_typing(after_seconds=self.settings.TYPING_DELAY_SECONDS)
         metrics.ACTIVE_RUNS.inc()
+        index = TurnIndex(self.traces, answer.sent_event_ids)
         try:
             deadline = time.monotonic() + BUSY_RETRY_SECONDS
             while True:
                 try:
-                    await self._relay(sid, answer, open_stream())
+                    await self._relay(sid, answer, open_stream(), index)
                     break
                 except GraphBusy:  # the session runs elsewhere (another bot process)
                     if time.monotonic() > deadline:
@@ -275,13 +284,20 @@ class Conversations:
         finally:
             metrics.ACTIVE_RUNS.dec()
             await answer.close()
+            await index.flush()  # the last messages (an error, "Stopped") belong to the turn too
             if answer.first_reply_at is not None:
                 metrics.ANSWER_SECONDS.observe(max(0.0, time.time() - sent_at))
 
-    async def _relay(self, sid: SessionId, answer: Answer, events: AsyncIterator[SSEEvent]) -> None:
+    async def _relay(
+        self, sid: SessionId, answer: Answer, events: AsyncIterator[SSEEvent], index: TurnIndex
+    ) -> None:
+        """`index`: the answer's messages are indexed under the stream's turn as they are sent
+        (a 🔍 may come as soon as the answer shows)."""
         images: list[ImageOut] = []
         async for ev in events:
-            if isinstance(ev, ImageOut):
+            if isinstance(ev, TurnStarted):
+                index.turn_id = ev.turn_id
+            elif isinstance(ev, ImageOut):
                 images.append(ev)  # posted once the text above them is final
             elif isinstance(ev, TextChunk):
                 await answer.chunk(ev.content)
@@ -313,6 +329,7 @@ class Conversations:
             elif isinstance(ev, ErrorEvent):
                 await answer.settle()
                 await answer.notice(f"⚠️ {ev.message}")
+            await index.flush()
         if images:
             if not answer.finalized:
                 await answer.settle()

@@ -1,12 +1,12 @@
 """Where one event goes once `sync` has claimed it, and in which order a message is looked at.
 
-A reaction may answer a question (`questions`); `!stop` cancels the session's running answer
-at once; any other message waits in its session's queue (`sessions`), then: pending question?
-(`questions`) -> addressed to the bot? (`routing`: pure rules) -> tenant domain -> agent
-access (silent denial, fail closed) -> command / flood / length -> the message's files
-(downloaded only now, after access) -> stream the graph's answer (`conversation`), with the
-room's audience (`audience`: who else reads it) resolved once access is granted. Invites are
-answered here too (`invites` decides).
+A reaction may answer a question (`questions`) or ask why (🔍: `why_answers`); `!stop` cancels
+the session's running answer at once; any other message waits in its session's queue
+(`sessions`), then: `!why`? -> pending question? (`questions`) -> addressed to the bot?
+(`routing`: pure rules) -> tenant domain -> agent access (silent denial, fail closed) ->
+command / flood / length -> the message's files (downloaded only now, after access) -> stream
+the graph's answer (`conversation`), with the room's audience (`audience`: who else reads it)
+resolved once access is granted. Invites are answered here too (`invites` decides).
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ from vagent_bot.invites import invite_allowed
 from vagent_bot.questions import Questions, loggable
 from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
 from vagent_bot.sessions import SessionWorkers
+from vagent_bot.spans import event_span, note_message
 from vagent_bot.sync import Spawn
+from vagent_bot.why import is_why_command
+from vagent_bot.why_answers import WhyAnswers
 from vagent_shared import redis_keys
 from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
@@ -64,6 +67,8 @@ class EventRouter:
         self.settings, self.client, self.redis = settings, client, redis
         self.hitl, self.workers = hitl, workers
         self.questions, self.conversations = questions, conversations
+        #: 🔍 / `!why`: the asker's account of an answer (audited like answers to questions).
+        self.why = WhyAnswers(conversations, audit=questions.audit)
         self._finished, self._spawn, self._stopping = finished, spawn, stopping
         self.display_name: str | None = None
 
@@ -84,7 +89,8 @@ class EventRouter:
         etype = src.get("type")
         event_id = str(src.get("event_id", ""))
         if etype == "m.reaction":
-            self._spawn(self._handling(event_id, self.questions.on_reaction(room_id, src)))
+            handler = self.why if WhyAnswers.asks_why(src) else self.questions
+            self._spawn(self._handling(event_id, handler.on_reaction(room_id, src), room_id, "reaction"))
             return
         msg = parse_message(src, room_id)
         if msg is None:
@@ -93,16 +99,21 @@ class EventRouter:
         sid = session_for(msg)
         command = parse_command(self._quick_text(msg))
         if command is not None and command.name == "stop":
-            self._spawn(self._handling(event_id, self._on_stop(msg, sid)))
+            self._spawn(self._handling(event_id, self._on_stop(msg, sid), room_id))
             return
-        self.workers.submit(sid.format(), lambda: self._handling(event_id, self._handle_message(msg)))
+        self.workers.submit(
+            sid.format(), lambda: self._handling(event_id, self._handle_message(msg), room_id)
+        )
 
-    async def _handling(self, event_id: str, work: Coroutine[Any, Any, Any]) -> None:
+    async def _handling(
+        self, event_id: str, work: Coroutine[Any, Any, Any], room_id: str, kind: str = "message"
+    ) -> None:
         """Handle one event: its messages under transaction ids of its own (sent once even if
         it is handled again), then finished. Cancelled by a shutdown it stays unfinished, and
-        the next bot takes it over; cancelled by `!stop` (or failed) it is finished."""
+        the next bot takes it over; cancelled by `!stop` (or failed) it is finished. Each event
+        is the root of a trace of its own (spans.py)."""
         try:
-            with matrix.handling(event_id):
+            with event_span(kind, room_id, event_id), matrix.handling(event_id):
                 await work
         except asyncio.CancelledError:
             if not self._stopping.is_set():
@@ -147,6 +158,7 @@ class EventRouter:
         )
         decision = self._decide(msg, is_dm=is_dm, replied_to=replied_to, in_thread=in_thread)
         log.debug("message", session_id=sid.format(), decision=decision.reason, body=loggable(msg.body))
+        note_message(msg.sender, msg.body, decision.reason)
 
         # The provider is the slowest step before the graph: ask it (about the sender, and
         # about the room's other members) while Redis answers. A DM starts no audience at all.
@@ -180,7 +192,13 @@ class EventRouter:
     ) -> None:
         """A pending question's answer, or a new request; `early`/`audience` already under way.
         A file alone is no answer; a voice message's transcript is one. `thread_file`: the root
-        of a thread the bot is new to, whose file (if it is one) the question is about."""
+        of a thread the bot is new to, whose file (if it is one) the question is about. `!why`
+        comes first: it asks about an answer, it answers no question."""
+        if decision.answer and msg.media is None and is_why_command(decision.text):
+            if audience is not None:
+                audience.cancel()  # no graph call follows: nobody else's access is needed
+            await self.why.on_command(msg, early)
+            return
         pending = await self.hitl.peek(sid.format())
         if pending is not None:
             text = decision.text if msg.media is not None else decision.text or msg.body.strip()

@@ -17,7 +17,7 @@ import structlog
 from pydantic import BaseModel
 
 from vagent_bot import metrics
-from vagent_bot.http import LazySession, proxy_for
+from vagent_bot.http import LazySession, client_tracing, proxy_for
 from vagent_shared.events import SSEDecoder, SSEEvent, parse_sse_event
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest, ResetRequest
 
@@ -82,6 +82,7 @@ class GraphClient:
                 connector=aiohttp.TCPConnector(limit=max_connections),
                 timeout=self._timeout,
                 headers=self._headers,
+                trace_configs=client_tracing(),  # the request continues the event's trace
             ),
         )
 

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from vagent_shared.telemetry import tracing_enabled
+
 
 def proxy_for(url: str) -> str | None:
     """The proxy the environment asks for to reach `url`, or None (none set, or NO_PROXY)."""
@@ -22,6 +24,17 @@ def proxy_for(url: str) -> str | None:
     if urllib.request.proxy_bypass(host):  # NO_PROXY (on Linux: the environment only)
         return None
     return urllib.request.getproxies_environment().get(parts.scheme) or None
+
+
+def client_tracing() -> list[aiohttp.TraceConfig]:
+    """For the graph client's session only: a span per request, and the W3C `traceparent`
+    that lets the graph continue the Matrix event's trace. None when tracing is off. Not
+    aiohttp as a whole: matrix-nio's long-poll sync would start a trace of its own every 30 s."""
+    if not tracing_enabled():
+        return []
+    from opentelemetry.instrumentation.aiohttp_client import create_trace_config
+
+    return [create_trace_config()]
 
 
 class LazySession:

@@ -30,6 +30,7 @@ from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.routing import IncomingMessage
 from vagent_bot.sessions import SessionWorkers
+from vagent_bot.spans import answer_span, carried
 from vagent_bot.streaming import Answer
 from vagent_shared.audit import Decision
 from vagent_shared.audit_trail import AuditTrail
@@ -180,9 +181,11 @@ class Questions:
         answer = reaction_answer(str(rel.get("key", "")), pending.options) if pending else None
         if pending is None or answer is None:
             return
-        self.workers.submit(
+        self.workers.submit(  # run in the session's queue, still in this reaction's trace
             sid,
-            lambda: self._submit(room_id, sender, pending, answer, reply_to=None, sent_at=time.time()),
+            carried(
+                lambda: self._submit(room_id, sender, pending, answer, reply_to=None, sent_at=time.time())
+            ),
         )
 
     async def _submit(
@@ -198,6 +201,22 @@ class Questions:
         early_audience: asyncio.Future[Audience | None] | None = None,
     ) -> None:
         structlog.contextvars.bind_contextvars(session_id=pending.session_id)
+        with answer_span(pending.session_id):
+            await self._submitted(
+                room_id, user_id, pending, answer, reply_to, sent_at, early_access, early_audience
+            )
+
+    async def _submitted(
+        self,
+        room_id: str,
+        user_id: str,
+        pending: PendingQuestion,
+        answer: str,
+        reply_to: str | None,
+        sent_at: float,
+        early_access: asyncio.Future[AccessResult | None] | None,
+        early_audience: asyncio.Future[Audience | None] | None,
+    ) -> None:
         access, audience = await self._access_and_audience(room_id, user_id, early_access, early_audience)
         if access is None:
             return

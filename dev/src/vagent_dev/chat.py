@@ -132,6 +132,8 @@ class Chat:
     ) -> None:
         self.client, self.bot, self.transcript = client, bot, transcript
         self.room_id: str | None = None
+        #: The bot's latest message (`/why` reacts 🔍 to it).
+        self.last_answer: str | None = None
         #: Where the files the bot sends are saved (None: only shown).
         self.save_dir = save_dir
         self.max_bytes = max_bytes if max_bytes is not None else max_bytes_from_env()
@@ -166,6 +168,18 @@ class Chat:
                     task.add_done_callback(self._saving.discard)
             else:
                 self.transcript.new(str(src.get("event_id")), str(content.get("body", "")))
+                if not rel.get("rel_type") or rel.get("rel_type") == "m.thread":
+                    self.last_answer = str(src.get("event_id"))
+
+    async def why(self) -> None:
+        """React 🔍 to the bot's latest message: the bot explains how that answer came about."""
+        assert self.room_id is not None
+        if self.last_answer is None:
+            self.transcript.note("chat: no answer to ask about yet")
+            return
+        content = {"m.relates_to": {"rel_type": "m.annotation", "event_id": self.last_answer, "key": "🔍"}}
+        await self.client.room_send(self.room_id, "m.reaction", content, ignore_unverified_devices=True)
+        self.transcript.note("(reacted 🔍 to the last answer)")
 
     async def save(self, content: dict[str, Any], directory: Path) -> None:
         """Download (and decrypt) a file the bot sent into `directory`; a note says where."""
@@ -351,7 +365,7 @@ async def amain(args: argparse.Namespace) -> None:
         f"Type a message; Ctrl-D quits. Try: what was the Q3 revenue?  /  how many records are "
         f"older than 2020?  /  delete records older than 2018  /  !help\n"
         f"Files: /file deploy/dev/samples/report.pdf what is the outlook?  /  "
-        f"/voice deploy/dev/samples/voice.wav  /  /help{RESET}"
+        f"/voice deploy/dev/samples/voice.wav  /  /why (how the last answer came about)  /  /help{RESET}"
     )
     loop = asyncio.get_running_loop()
     try:
@@ -362,6 +376,9 @@ async def amain(args: argparse.Namespace) -> None:
             text = line.strip()
             if text == "/help":
                 transcript.note(HELP)
+                continue
+            if text == "/why":
+                await chat.why()
                 continue
             try:
                 command = parse_command(text)

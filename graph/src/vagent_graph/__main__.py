@@ -5,30 +5,54 @@ from __future__ import annotations
 import sys
 
 import uvicorn
+from fastapi import FastAPI
 
 from vagent_graph.app import InsecureConfigError, create_app
 from vagent_graph.knowledge.parsing import quiet_parsers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
+from vagent_shared.telemetry import setup_tracing
+
+#: Probes and scraping start no trace.
+UNTRACED_URLS = r"/health$,/metrics$"
+
+
+def instrument(app: FastAPI) -> None:
+    """The maintained instrumentations (tracing is on): the server (an incoming `traceparent`
+    continues the caller's trace; no span per body chunk received or SSE event sent) and
+    both HTTP clients (httpx: credential registry, tickets, MCP; httpx2: the openai SDK)."""
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+    from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor, HTTPXClientInstrumentor
+
+    FastAPIInstrumentor.instrument_app(app, excluded_urls=UNTRACED_URLS, exclude_spans=["receive", "send"])
+    HTTPXClientInstrumentor().instrument()
+    HTTPX2ClientInstrumentor().instrument()
 
 
 def main() -> None:
     settings = GraphSettings()
     configure_logging(settings.LOG_LEVEL, service="vagent-graph")
     quiet_parsers()  # documents uploaded to the admin API
+    tracing = setup_tracing("vagent-graph", capture=settings.OTEL_CAPTURE_CONTENT)
     try:
         app = create_app(settings)
     except (InsecureConfigError, ValueError) as exc:
         print(f"vagent-graph: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    uvicorn.run(
-        app,
-        host=settings.HTTP_HOST,
-        port=settings.HTTP_PORT,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-    )
+    if tracing is not None:
+        instrument(app)
+    try:
+        uvicorn.run(
+            app,
+            host=settings.HTTP_HOST,
+            port=settings.HTTP_PORT,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # what is still queued is exported before the process ends
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The admin API: feed documents and entities from a pipeline (`/admin/v1/...`).
+"""The admin API: feed documents and entities from a pipeline, read the token usage
+(`/admin/v1/...`).
 
 Its own token (GRAPH_ADMIN_TOKEN), checked by the router's one dependency: the bot's
 service token cannot ingest, and without GRAPH_ADMIN_TOKEN the admin API is off.
@@ -10,11 +11,16 @@ service token cannot ingest, and without GRAPH_ADMIN_TOKEN the admin API is off.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import cast, get_args
+
 import structlog
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import TypeAdapter, ValidationError
 from redis.exceptions import RedisError
 
+from vagent_graph.audit_reader import parse_when
+from vagent_graph.erasure import valid_user_id
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore, StoreBusy
 from vagent_graph.knowledge.embeddings import EmbeddingError
@@ -24,6 +30,9 @@ from vagent_graph.knowledge.ingest import embed, parse, spec
 from vagent_graph.knowledge.parsing import DocumentError, detect_format
 from vagent_graph.middleware import ADMIN_PREFIX, token_matches
 from vagent_graph.services import Services
+from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
+from vagent_graph.usage import days_from, parse_since, read_rows
+from vagent_shared.budgets import UsageRow, usage_day
 from vagent_shared.http_errors import api_error
 from vagent_shared.knowledge import (
     DeleteResult,
@@ -35,11 +44,13 @@ from vagent_shared.knowledge import (
     IndexStatus,
 )
 from vagent_shared.settings import GraphSettings
+from vagent_shared.traces import TurnOutcome, TurnTrace
 from vagent_shared.wire import ErrorResponse
 
 log = structlog.get_logger(__name__)
 _DOMAIN: TypeAdapter[str] = TypeAdapter(Domain)
 _DOC_ID: TypeAdapter[str] = TypeAdapter(DocId)
+TURN_OUTCOMES: tuple[str, ...] = get_args(TurnOutcome)
 
 
 def _first_problem(exc: ValidationError) -> str:
@@ -219,3 +230,84 @@ async def put_entities(
         raise api_error(503, "graph_store_unavailable", f"The entities were not loaded: {exc}") from None
     except (RedisError, OSError) as exc:
         raise _unavailable(exc) from None
+
+
+@router.get("/usage", response_model=list[UsageRow])
+async def usage(
+    request: Request,
+    tenant: str | None = Query(None, description="only this tenant (ACL domain)"),
+    user: str | None = Query(None, description="only this Matrix user id"),
+    since: str = Query("1d", description="from this UTC day: YYYY-MM-DD, or 7d (today included)"),
+) -> list[UsageRow]:
+    """Tokens per UTC day, tenant and user, as `vagent usage --json` prints them: one row per
+    day, tenant and user, and (without `user`) each tenant's day total with user_id ""."""
+    today = usage_day()
+    try:
+        first = parse_since(since, today)
+    except ValueError as exc:
+        raise api_error(422, "invalid_since", f"since: {exc}") from None
+    try:
+        return await read_rows(request.app.state.resources.redis, days_from(first, today), tenant, user)
+    except (RedisError, OSError) as exc:
+        log.error("admin_usage_failed", error_type=type(exc).__name__)
+        raise api_error(503, "store_unavailable", "The usage counters are not reachable.") from None
+
+
+# ---- turn traces (docs/traces.md) ------------------------------------------------------------
+
+
+def trace_store(request: Request) -> TraceStore:
+    resources = request.app.state.resources
+    return TraceStore(resources.redis, resources.settings.TRACE_TTL_SECONDS)
+
+
+def trace_filter(user: str | None, since: str | None, outcome: str | None, limit: int) -> TraceFilter:
+    """The filters of `/traces` checked one by one, so that a 422 names the one that is wrong."""
+    if user is not None and not valid_user_id(user):
+        raise api_error(422, "invalid_user", f"user: {user[:100]!r} is not a Matrix user id (@name:server)")
+    when = None
+    if since is not None:
+        try:
+            when = parse_when(since, datetime.now(UTC))
+        except ValueError as exc:
+            raise api_error(422, "invalid_since", f"since: {exc}") from None
+    if outcome is not None and outcome not in TURN_OUTCOMES:
+        raise api_error(422, "invalid_outcome", f"outcome: one of {', '.join(TURN_OUTCOMES)}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise api_error(422, "invalid_limit", f"limit: from 1 to {MAX_LIMIT}")
+    return TraceFilter(user, when, cast(TurnOutcome | None, outcome), limit)
+
+
+@router.get("/traces", response_model=list[TurnTrace])
+async def list_traces(
+    request: Request,
+    user: str | None = Query(None, description="only this Matrix user id's turns"),
+    since: str | None = Query(None, description="from this time on: 90m, 1d, 1w, or ISO-8601 (UTC)"),
+    outcome: str | None = Query(None, description="only turns that ended so: " + ", ".join(TURN_OUTCOMES)),
+    limit: int = Query(50, description=f"at most this many (1 to {MAX_LIMIT})"),
+) -> list[TurnTrace]:
+    """Stored turn traces, newest first (`vagent trace list --json` prints the same)."""
+    flt = trace_filter(user, since, outcome, limit)
+    try:
+        return await trace_store(request).recent(flt)
+    except (RedisError, OSError) as exc:
+        log.error("admin_traces_failed", error_type=type(exc).__name__)
+        raise api_error(503, "store_unavailable", "The trace store is not reachable.") from None
+
+
+@router.get("/traces/{ref}", response_model=TurnTrace, responses={404: {"model": ErrorResponse}})
+async def get_trace(ref: str, request: Request) -> TurnTrace:
+    """One turn's trace, by its turn id or by the Matrix event id of the bot's answer."""
+    try:
+        found = await trace_store(request).resolve(ref)
+    except (RedisError, OSError) as exc:
+        log.error("admin_traces_failed", error_type=type(exc).__name__)
+        raise api_error(503, "store_unavailable", "The trace store is not reachable.") from None
+    if found is None:
+        raise api_error(
+            404,
+            "no_such_trace",
+            f"No trace for {ref[:200]!r}: not a known turn id or answer event id, or it expired "
+            "(TRACE_TTL_SECONDS).",
+        )
+    return found

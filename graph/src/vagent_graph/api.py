@@ -25,10 +25,15 @@ from vagent_graph.intake import read_turn
 from vagent_graph.middleware import API_PREFIX
 from vagent_graph.resources import Resources
 from vagent_graph.session_lock import SessionBusy, SessionLock
+from vagent_graph.trace_store import TraceStore
+from vagent_graph.turns import TurnRecorder, add_otel_trace, new_trace, turn_outcome
 from vagent_graph.workflow import new_turn_input, run_config
+from vagent_shared.access import AcContext
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error
+from vagent_shared.knowledge import Audience
 from vagent_shared.secrets import looks_like_secret
+from vagent_shared.traces import TurnTrace
 from vagent_shared.wire import (
     ErrorResponse,
     FeedbackAck,
@@ -84,6 +89,57 @@ async def end_run(resources: Resources, lock: SessionLock, outcome: SSEEvent | N
         log.warning("end_of_run_failed", error_type=type(exc).__name__)
 
 
+def traces(resources: Resources) -> TraceStore:
+    return TraceStore(resources.redis, resources.settings.TRACE_TTL_SECONDS)
+
+
+async def close_turn(
+    resources: Resources, turn: TurnRecorder | None, last: SSEEvent | None, error: ErrorEvent | None
+) -> None:
+    """The end of a request's part of its turn: its outcome (turns.turn_outcome), then the
+    trace is stored. Never fails the request (a trace that cannot be stored is logged)."""
+    if turn is None:
+        return
+    try:
+        outcome, reason = turn_outcome(last, error, turn.trace)
+        await traces(resources).save(turn.finish(outcome, reason))
+    except Exception as exc:
+        log.warning("trace_close_failed", error_type=type(exc).__name__)
+
+
+async def stored_turn(resources: Resources, turn_id: object) -> TurnTrace | None:
+    """The stored trace of the turn a session's state names (None: none, expired, or Redis
+    failed: a resume then starts a fresh trace under the same id)."""
+    if not isinstance(turn_id, str) or not turn_id:
+        return None
+    try:
+        return await traces(resources).load(turn_id)
+    except Exception as exc:
+        log.warning("trace_load_failed", error_type=type(exc).__name__)
+        return None
+
+
+async def resumed_turn(
+    resources: Resources,
+    values: dict[str, Any],
+    session_id: str,
+    ac: AcContext | None,
+    audience: Audience | None,
+) -> TurnRecorder:
+    """The recorder of a resume: the turn that asked goes on (its stored trace), or, when that
+    trace is gone, a fresh one under the same turn id."""
+    turn_id = values.get("turn_id")
+    stored = await stored_turn(resources, turn_id)
+    if stored is not None:
+        add_otel_trace(stored)
+        return TurnRecorder.resumed(stored)
+    who = ac or AcContext.model_validate(values.get("ac_context") or {})
+    trace = new_trace(session_id, who, audience)
+    if isinstance(turn_id, str) and turn_id:
+        trace.turn_id = turn_id
+    return TurnRecorder(trace)
+
+
 async def release(lock: SessionLock) -> None:
     try:
         await lock.release()
@@ -97,6 +153,7 @@ def sse(
     start = time.perf_counter()
     batches = run.batches()
     outcome: SSEEvent | None = None
+    failure: ErrorEvent | None = None
     finished = False
     events = writes = 0
 
@@ -113,6 +170,7 @@ def sse(
             await batches.aclose()
             await run.close()  # also when the stream never started
             await end_run(resources, lock, outcome)
+            await close_turn(resources, run.turn, outcome, failure)
         metrics.REQUEST_SECONDS.labels(endpoint).observe(time.perf_counter() - start)
         log.info(
             "stream_closed",
@@ -124,7 +182,7 @@ def sse(
         )
 
     async def gen() -> AsyncIterator[ServerSentEvent | bytes]:
-        nonlocal outcome, events, writes
+        nonlocal outcome, failure, events, writes
         with structlog.contextvars.bound_contextvars(session_id=session_id):
             try:
                 async for batch in batches:
@@ -134,6 +192,8 @@ def sse(
                     for ev in batch:
                         if isinstance(ev, HitlRequest | TextFinal):
                             outcome = ev
+                        elif isinstance(ev, ErrorEvent):
+                            failure = ev
                     first_at = 0.0 if writes else time.perf_counter()
                     events, writes = events + len(batch), writes + 1
                     # One write per batch; every event keeps its own SSE frame.
@@ -157,17 +217,23 @@ def sse(
 
 async def close_stale_question(resources: Resources, session_id: str) -> None:
     """A new message while a question is pending: the question expired on the bot side."""
-    cfg = run_config(session_id)
-    state = await resources.graph.aget_state(cfg)
+    state = await resources.graph.aget_state(run_config(session_id))
     if not state.interrupts:
         return
     log.info("hitl_expired", interrupt_ids=[i.id for i in state.interrupts])
     metrics.HITL_RESUMES.labels("expired").inc()
+    # The turn that asked ends as cancelled (its trace, if still kept, says which call).
+    stale = await stored_turn(resources, state.values.get("turn_id"))
+    turn = TurnRecorder.resumed(stale) if stale is not None else None
+    cfg = run_config(session_id, turn=turn)
     cancel: Command[Any] = Command(resume=CANCEL_RESUME)
     async for _ in resources.graph.astream(
         cancel, cfg, stream_mode="updates", durability=durability_for(cancel)
     ):
         pass
+    if turn is not None:
+        turn.force("cancelled", "question_expired")
+        await close_turn(resources, turn, None, None)
 
 
 @router.post(
@@ -207,21 +273,23 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
     async def close_stale() -> None:
         await close_stale_question(resources, sid)
 
+    turn = TurnRecorder(new_trace(sid, body.ac_context, body.audience))
     run = Run(
         resources.graph,
-        new_turn_input(body.message, body.ac_context),
-        run_config(sid, body.audience),
+        new_turn_input(body.message, body.ac_context, turn.trace.turn_id),
+        run_config(sid, body.audience, turn),
         resources.settings.RUN_TIMEOUT_SECONDS,
         prelude=close_stale if lock.question_may_be_pending else None,
         pacing=resources.pacing,
-        intake=_files_reader(body, resources) if body.attachments else None,
+        intake=_files_reader(body, resources, turn) if body.attachments else None,
+        turn=turn,
     )
     return sse(resources, "process_message", sid, lock, run)
 
 
-def _files_reader(body: ProcessMessageRequest, resources: Resources) -> Intake:
+def _files_reader(body: ProcessMessageRequest, resources: Resources, turn: TurnRecorder) -> Intake:
     async def read(emit: Callable[[SSEEvent], None]) -> HumanMessage | Reply:
-        return await read_turn(body.message, body.attachments, resources.file_reading, emit)
+        return await read_turn(body.message, body.attachments, resources.file_reading, emit, turn)
 
     return read
 
@@ -271,9 +339,11 @@ async def submit_feedback(body: FeedbackRequest, request: Request, resources: Re
     if body.ac_context:
         update["ac_context"] = body.ac_context.to_wire()
     command: Command[Any] = Command(resume=body.response, update=update or None)
-    cfg = run_config(body.session_id, body.audience)
+    turn = await resumed_turn(resources, state.values, body.session_id, body.ac_context, body.audience)
+    cfg = run_config(body.session_id, body.audience, turn)
 
-    run = Run(resources.graph, command, cfg, resources.settings.RUN_TIMEOUT_SECONDS, pacing=resources.pacing)
+    timeout = resources.settings.RUN_TIMEOUT_SECONDS
+    run = Run(resources.graph, command, cfg, timeout, pacing=resources.pacing, turn=turn)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         batches = run.batches()
@@ -286,6 +356,8 @@ async def submit_feedback(body: FeedbackRequest, request: Request, resources: Re
             await run.close()
             last = next((e for e in reversed(collected) if isinstance(e, HitlRequest | TextFinal)), None)
             await end_run(resources, lock, last)
+            error = next((e for e in collected if isinstance(e, ErrorEvent)), None)
+            await close_turn(resources, turn, last, error)
         return JSONResponse(_ack(collected).model_dump())
     return sse(resources, "submit_feedback", body.session_id, lock, run)
 

@@ -9,6 +9,12 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
     pointer whose value is one of their sessions;
   - the graph's session locks `lock:session:{sid}` and question hints `graph:question_pending:{sid}`;
   - their cached credentials `credential_cache:{user}|...` and flood window `bot:flood:{user}`;
+  - their token usage: their fields (`u|{user}|...`, `r|{tenant}|{user}|...`) in every day hash
+    `usage:{day}`, their budget holds `usage:held:u|{user}` and "80% used" notices
+    `usage:notified:{day}:{user}` (the tenants' day totals stay: they name nobody);
+  - their turn traces (docs/traces.md): every turn in `trace:user:{user}` or in the
+    `trace:session:{sid}` of one of their sessions (`trace:turn:{id}`), those index sets, the
+    bot's `trace:event:{event}` pointers to those turns, and the turns' entries in `trace:all`;
   - on request: their entries in the audit stream (user_id is them, or the session is one of
     theirs), but not earlier `user_forgotten` records.
 Then ONE audit record is written and kept on purpose: `user_forgotten`, resource `user:{id}`,
@@ -51,6 +57,8 @@ from typing import Any, cast
 from redis import Redis
 
 from vagent_graph.audit_reader import Entry, StreamReader
+from vagent_graph.trace_store import turn_ids
+from vagent_graph.usage import their_fields
 from vagent_shared import redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import stream_bounds
@@ -75,6 +83,12 @@ KINDS: tuple[str, ...] = (
     "hitl_question",
     "credential_cache",
     "flood",
+    "usage_held",
+    "usage_notified",
+    "trace_turn",
+    "trace_session",
+    "trace_user",
+    "trace_event",
 )
 
 # A Matrix user id: `@localpart:server`. The localpart may be any printable ASCII but ':'
@@ -162,6 +176,10 @@ class Plan:
     #: Keys whose name mentions the user but of no kind forget knows: listed, left.
     unknown: list[bytes] = field(default_factory=list)
     audit_skipped: int = 0
+    #: Their turns' ids: their entries in `trace:all` go too (ZREM).
+    trace_ids: list[str] = field(default_factory=list)
+    #: Their fields in each day hash of token usage (usage.py): deleted with HDEL.
+    usage_fields: dict[bytes, list[str]] = field(default_factory=dict)
 
     def total(self) -> int:
         return sum(len(v) for v in self.keys.values())
@@ -209,6 +227,28 @@ def their_question_pointers(pointers: Iterable[tuple[bytes, object]], user_id: s
 
 def their_credential_keys(candidates: Iterable[bytes], user_id: str) -> list[bytes]:
     return [k for k in candidates if owns_credential_key(key_name(k), user_id)]
+
+
+def their_notice_keys(candidates: Iterable[bytes], user_id: str) -> list[bytes]:
+    """`usage:notified:{YYYY-MM-DD}:{user}` keys of exactly this user."""
+    prefix = redis_keys.usage_notified("", "")[: -len(":")]
+    out = []
+    for k in candidates:
+        name = key_name(k)
+        day, sep, owner = name.removeprefix(prefix).partition(":")
+        if name.startswith(prefix) and sep and len(day) == 10 and owner == user_id:
+            out.append(k)
+    return out
+
+
+def their_trace_pointers(pointers: Iterable[tuple[bytes, object]], turns: Iterable[str]) -> list[bytes]:
+    """`trace:event:{event}` keys (with their GET replies) that point at one of their turns."""
+    theirs = set(turns)
+    return [
+        key
+        for key, value in pointers
+        if isinstance(value, bytes) and value.decode("utf-8", "replace") in theirs
+    ]
 
 
 def unknown_keys(candidates: Iterable[bytes], plan: Plan, stream: str) -> list[bytes]:
@@ -284,12 +324,50 @@ def plan(redis: Redis, user_id: str, stream: str, audit: bool) -> Plan:
     )
     flood = redis_keys.flood(user_id).encode()
     p.keys["flood"] = [flood] if redis.exists(flood) else []
+    held = redis_keys.usage_held(f"u|{user_id}").encode()
+    p.keys["usage_held"] = [held] if redis.exists(held) else []
+    p.keys["usage_notified"] = their_notice_keys(
+        _scan(redis, redis_keys.usage_notified_pattern(user_id)), user_id
+    )
+    p.usage_fields = _usage_fields(redis, user_id)
+    _plan_traces(redis, p)
     p.unknown = unknown_keys(_scan(redis, redis_keys.mentioning_pattern(user_id)), p, stream)
     if audit:
         reader = StreamReader(redis, stream)
         p.audit_ids = their_audit_ids(reader.forward(), user_id)
         p.audit_skipped = reader.skipped
     return p
+
+
+def _usage_fields(redis: Redis, user_id: str) -> dict[bytes, list[str]]:
+    """Their fields in every day hash (HSCAN finds candidates, usage.their_fields decides)."""
+    match = f"*|{redis_keys.glob_escape(user_id)}|*"
+    found: dict[bytes, list[str]] = {}
+    for day in _scan(redis, redis_keys.USAGE_DAYS_PATTERN):
+        pairs = cast(Iterator[tuple[bytes, bytes]], redis.hscan_iter(day, match=match, count=1000))
+        names = [key_name(name) for name, _ in pairs]
+        theirs = their_fields(names, user_id)
+        if theirs:
+            found[day] = theirs
+    return found
+
+
+def _plan_traces(redis: Redis, p: Plan) -> None:
+    """Their turn traces: the turns their index sets name, the sets, the pointers to them."""
+    prefix = redis_keys.trace_session("")
+    p.keys["trace_session"] = their_session_keys(
+        _scan(redis, redis_keys.user_session_keys_pattern(prefix, p.user_id)), prefix, p.user_id
+    )
+    user_set = redis_keys.trace_user(p.user_id).encode()
+    p.keys["trace_user"] = [user_set] if redis.exists(user_set) else []
+    ids: set[str] = set()
+    for key in [*p.keys["trace_user"], *p.keys["trace_session"]]:
+        ids.update(turn_ids(cast(list[bytes], redis.zrange(key, 0, -1))))
+    p.trace_ids = sorted(ids)
+    turns = [redis_keys.trace_turn(i).encode() for i in p.trace_ids]
+    p.keys["trace_turn"] = [k for k, value in _values(redis, turns) if value is not None]
+    pointers = _scan(redis, redis_keys.glob_escape(redis_keys.trace_event("")) + "*")
+    p.keys["trace_event"] = their_trace_pointers(_values(redis, pointers), p.trace_ids)
 
 
 def erase(redis: Redis, p: Plan, stream: str, audit: bool) -> dict[str, int]:
@@ -299,6 +377,12 @@ def erase(redis: Redis, p: Plan, stream: str, audit: bool) -> dict[str, int]:
         counts[kind] = 0
         for part in _batches(p.keys[kind]):
             counts[kind] += int(redis.unlink(*part))
+    for part in _batches(p.trace_ids):
+        redis.zrem(redis_keys.TRACES_ALL, *part)
+    counts["usage_fields"] = 0
+    for day, names in p.usage_fields.items():
+        for part in _batches(names):
+            counts["usage_fields"] += int(redis.hdel(day, *part))
     if audit:
         counts["audit_entries"] = 0
         for part in _batches(p.audit_ids):

@@ -23,6 +23,8 @@ from langgraph.types import Command, Durability, Interrupt, StreamMode
 from vagent_graph import metrics
 from vagent_graph.outbox import Outbox, Pacing
 from vagent_graph.reasoning import REASONING_MARK, THINKING_STATUS, ThinkFilter
+from vagent_graph.telemetry_spans import traced_run
+from vagent_graph.turns import TurnRecorder
 from vagent_shared.events import (
     ErrorEvent,
     HitlRequest,
@@ -31,6 +33,7 @@ from vagent_shared.events import (
     SSEEvent,
     TextChunk,
     TextFinal,
+    TurnStarted,
 )
 
 log = structlog.get_logger(__name__)
@@ -93,6 +96,9 @@ class EventMapper:
     _think: ThinkFilter = field(default_factory=ThinkFilter)
     _message_id: str | None = None
     _thinking_shown: bool = False
+    #: The turn being recorded (turns.py): told when each model call's first chunk and the
+    #: turn's first answer text arrive.
+    turn: TurnRecorder | None = None
 
     def map(self, mode: str, payload: Any) -> list[SSEEvent]:
         if mode == "messages":
@@ -123,6 +129,8 @@ class EventMapper:
     def _text(self, chunk: AIMessageChunk) -> list[SSEEvent]:
         if chunk.id != self._message_id:  # the next model call: its own <think> block
             self._message_id, self._think = chunk.id, ThinkFilter()
+            if self.turn is not None:
+                self.turn.chunk_seen(chunk.id)
         text = self._think.feed(text_of(chunk))
         out: list[SSEEvent] = []
         reasoning = self._think.inside or bool(chunk.additional_kwargs.get(REASONING_MARK))
@@ -130,6 +138,8 @@ class EventMapper:
             self._thinking_shown = True
             out.append(Progress(content=THINKING_STATUS))
         if text:
+            if self.chunk_index == 0 and self.turn is not None:
+                self.turn.first_text()
             out.append(TextChunk(content=text, chunk_index=self.chunk_index))
             self.chunk_index += 1
         return out
@@ -212,14 +222,29 @@ class Run:
         prelude: Prelude | None = None,
         pacing: Pacing = Pacing(),
         intake: Intake | None = None,
+        turn: TurnRecorder | None = None,
     ) -> None:
         self._outbox = Outbox(pacing.flush_interval, pacing.keepalive)
-        self._mapper = EventMapper()
+        self._mapper = EventMapper(turn=turn)
         self._closed = False
         self._intake = intake
+        #: The turn this run records (its `turn` event goes first, before anything else).
+        self.turn = turn
+        if turn is not None:
+            self._outbox.put(TurnStarted(turn_id=turn.trace.turn_id))
         metrics.ACTIVE_RUNS.inc()
-        produce = self._produce(graph, graph_input, config, run_timeout, prelude)
+        produce = traced_run(  # the run's span (telemetry_spans.py)
+            self._produce(graph, graph_input, config, run_timeout, prelude),
+            config,
+            isinstance(graph_input, Command),
+            self._outcome,
+        )
         self._task = asyncio.create_task(produce, name="graph-run")
+
+    def _outcome(self) -> str:
+        """How the run ended, for its span."""
+        mapper = self._mapper
+        return "failed" if mapper.failed else "asked" if mapper.interrupt is not None else "answered"
 
     async def _produce(
         self,

@@ -23,8 +23,10 @@ from vagent_graph import metrics
 from vagent_graph.attachments import ReadFile, ReadLimits, Refused, describe, read_attachment, turn_content
 from vagent_graph.event_stream import Reply
 from vagent_graph.file_messages import FILES_KEY, KEPT_KEY
+from vagent_graph.turns import TurnRecorder
 from vagent_shared.attachments import Attachment
 from vagent_shared.events import Progress, SSEEvent
+from vagent_shared.traces import SourceTrace
 
 log = structlog.get_logger(__name__)
 
@@ -39,11 +41,18 @@ class FileReading:
 
 
 async def read_turn(
-    message: str, attachments: Sequence[Attachment], how: FileReading, emit: Callable[[SSEEvent], None]
+    message: str,
+    attachments: Sequence[Attachment],
+    how: FileReading,
+    emit: Callable[[SSEEvent], None],
+    turn: TurnRecorder | None = None,
 ) -> HumanMessage | Reply:
-    """The turn's HumanMessage with its files, or the Reply that ends the turn."""
+    """The turn's HumanMessage with its files, or the Reply that ends the turn. The turn's
+    trace names each file (the asker sent it into the room: its readers saw it)."""
     files: list[ReadFile] = []
     for att in attachments:
+        if turn is not None:
+            turn.source(SourceTrace(kind="file", id=att.name, title=att.name))
         emit(Progress(content=f"Reading {att.name}…"))
         started = time.perf_counter()
         try:

@@ -19,6 +19,17 @@ FIRST_EVENT_SECONDS = Histogram(
 )
 LLM_TOKENS = Counter("vagent_graph_llm_tokens_total", "LLM tokens", ["model", "kind"])
 LLM_CALLS = Counter("vagent_graph_llm_calls_total", "LLM calls", ["model", "outcome"])
+#: Per tenant, never per user: the tenants are few, the users are many (docs/budgets.md).
+TENANT_TOKENS = Counter(
+    "vagent_graph_tenant_tokens_total",
+    "LLM tokens as the provider reported them, by tenant and model",
+    ["tenant", "model", "direction"],
+)
+BUDGET_REFUSALS = Counter(
+    "vagent_graph_budget_refusals_total",
+    "LLM calls not made because a budget is spent (user, tenant, llm_calls_per_turn)",
+    ["scope"],
+)
 TOOL_CALLS = Counter("vagent_graph_tool_calls_total", "Tool calls by decision", ["tool", "decision"])
 HITL_REQUESTS = Counter("vagent_graph_hitl_requests_total", "Questions asked to a human", ["kind"])
 HITL_RESUMES = Counter("vagent_graph_hitl_resumes_total", "Answers received", ["outcome"])

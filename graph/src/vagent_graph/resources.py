@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from vagent_graph import metrics
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.attachments import ReadLimits
+from vagent_graph.budgets import Budgets
 from vagent_graph.checkpointer import open_checkpointer
 from vagent_graph.intake import FileReading
 from vagent_graph.knowledge.doc_store import DocumentStore
@@ -29,6 +30,7 @@ from vagent_graph.services.credentials import CredentialRegistry
 from vagent_graph.services.records import RecordsDb, ensure_records_db
 from vagent_graph.services.tickets import TicketService
 from vagent_graph.tools import ToolRegistry
+from vagent_graph.usage import Usage
 from vagent_graph.workflow import Deps, build_graph
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.audit_trail import AuditTrail
@@ -111,6 +113,8 @@ async def open_resources(
             personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
             tool_image_max_bytes=settings.TOOL_IMAGE_MAX_BYTES,
             vision=settings.LLM_VISION,
+            # A hold lapses with the run's timeout: no LLM call outlives its run.
+            usage=Usage(redis, Budgets(settings.BUDGETS_FILE), settings.RUN_TIMEOUT_SECONDS),
         )
         if agent.mcp_servers:
             mcp = McpServers(

@@ -16,12 +16,15 @@ Everything before an interrupt() here runs again on resume, so it must be safe t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langgraph.config import get_stream_writer
+from langgraph.errors import GraphInterrupt
 from pydantic import ValidationError
 
 from vagent_graph import metrics
@@ -35,6 +38,7 @@ from vagent_graph.scope import Readership, ResultScope
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
 from vagent_graph.services.credentials import CredentialError, CredentialMissing, CredentialRegistry
+from vagent_graph.telemetry_spans import confirmation_waited, tool_decision, wait_outcome
 from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import (
     Changed,
@@ -47,8 +51,11 @@ from vagent_graph.tools import (
     ToolRegistry,
     ToolResult,
 )
-from vagent_shared.audit import AuditEventType, Decision
+from vagent_graph.turns import TurnRecorder, current_turn
+from vagent_shared.audit import AuditEventType, Decision, scrub_arguments
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.hitl import YES, YES_NO
+from vagent_shared.traces import ToolCallTrace
 from vagent_shared.validation import problems
 
 log = structlog.get_logger(__name__)
@@ -78,6 +85,23 @@ def credential_failure_text(tool: str, exc: CredentialError, help_text: str) -> 
     )
 
 
+def room_may_see(tool: Tool, scope: ResultScope | None, ctx: ToolContext) -> bool:
+    """May the room's readers be told about this result (the trace's account in the room)?
+    Not a personal result in a group room (even one the asker let the room see: the account
+    names it to nobody but the asker), nor a result derived from what some reader may not
+    read."""
+    if tool.is_personal and in_group(ctx.audience):
+        return False
+    return scope is None or scope.empty or Readership(ctx.ac, ctx.audience).may_read(scope)
+
+
+def answered_after(entry: ToolCallTrace, stored: Approval | None) -> float | None:
+    """Seconds from the question to its answer: from the trace's entry, or (its trace expired)
+    from when the saved confirmation was asked."""
+    asked = entry.asked_at.timestamp() if entry.asked_at else (stored or {}).get("asked_at")
+    return round(max(time.time() - asked, 0.0), 3) if isinstance(asked, int | float) else None
+
+
 @dataclass(frozen=True)
 class Call:
     """One tool call as the model made it: what every outcome needs."""
@@ -85,11 +109,19 @@ class Call:
     id: str
     name: str
     raw_args: dict[str, Any]
+    #: Its TurnTrace entry, filled in by the steps (None: the run is not recorded).
+    trace: ToolCallTrace | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Call:
         args = raw.get("args")
         return cls(str(raw.get("id", "")), str(raw.get("name", "")), args if isinstance(args, dict) else {})
+
+    def note(self, **fields: Any) -> None:
+        """Add to the call's trace entry (if the run is recorded)."""
+        if self.trace is not None:
+            for name, value in fields.items():
+                setattr(self.trace, name, value)
 
     def reply(
         self, text: str, status: str = "success", artifact: dict[str, Any] | None = None
@@ -137,8 +169,58 @@ class ToolCalls:
         self, raw: dict[str, Any], ctx: ToolContext, stored: Approval | None
     ) -> Outcome | Confirm:
         """One call, step by step (see the module's docstring); `stored` is the confirmation
-        saved for the next call, if one was asked."""
+        saved for the next call, if one was asked. Recorded in the turn's trace, if any."""
         call = Call.of(raw)
+        turn = current_turn()
+        if turn is None:
+            return await self.steps(call, ctx, stored)
+        call = replace(call, trace=self._entry(call, turn, ctx))
+        started = time.perf_counter()
+        try:
+            step = await self.steps(call, ctx, stored)
+        except GraphInterrupt:  # a question is being asked (or asked again)
+            call.note(outcome="asked", confirmation_asked=True)
+            if call.trace is not None and call.trace.asked_at is None:
+                call.trace.asked_at = datetime.now(UTC)
+            self._record(turn, call, started)
+            raise
+        if isinstance(step, Confirm):  # saved now, asked in the next step
+            call.note(
+                outcome="asked",
+                confirmation_asked=True,
+                asked_at=datetime.fromtimestamp(step.action["asked_at"], UTC),
+                confirmation_answer=None,
+                confirmation_seconds=None,
+            )
+        else:
+            call.note(result_chars=len(str(step[0].content)))
+            if call.trace is not None and call.trace.confirmation_answer is not None:
+                call.note(confirmation_seconds=answered_after(call.trace, stored))
+        self._record(turn, call, started)
+        return step
+
+    def _entry(self, call: Call, turn: TurnRecorder, ctx: ToolContext) -> ToolCallTrace:
+        """The call's trace entry: the one its question left (a resume), or a new one."""
+        known = turn.tool_entry(call.id)
+        if known is not None:
+            return known.model_copy(update={"outcome": "ok", "decision": "allowed"})
+        tool = self.registry.get(call.name)
+        trail = self.services.find(AuditTrail)
+        return ToolCallTrace(
+            name=call.name[:100],
+            call_id=call.id,
+            source=("unknown" if tool is None else f"mcp:{tool.server}" if tool.server else "builtin"),
+            arguments=scrub_arguments(call.raw_args, trail.include_content if trail else False),
+        )
+
+    @staticmethod
+    def _record(turn: TurnRecorder, call: Call, started: float) -> None:
+        if call.trace is not None:
+            call.trace.duration_ms = round((time.perf_counter() - started) * 1000, 1)
+            turn.tool_call(call.trace)
+
+    async def steps(self, call: Call, ctx: ToolContext, stored: Approval | None) -> Outcome | Confirm:
+        """The steps of one call, in order; the first that ends it gives its outcome."""
         checked = self.checked(call, ctx)
         if isinstance(checked, ToolMessage):
             return checked, False
@@ -169,6 +251,8 @@ class ToolCalls:
             metrics.SECURITY_EVENTS.labels("tool_call_denied").inc()
             known = call.name if call.name in self.registry else "unknown"
             metrics.TOOL_CALLS.labels(known, "denied").inc()
+            # No arguments on record: the audit keeps none for a call it refused.
+            call.note(decision="denied", outcome="denied", arguments={})
             return call.reply(
                 f"Access denied: the tool '{call.name[:100]}' is not available to this user.", "error"
             )
@@ -176,6 +260,7 @@ class ToolCalls:
             return decision.tool, decision.tool.args_model.model_validate(call.raw_args)
         except ValidationError as exc:
             metrics.TOOL_CALLS.labels(call.name, "invalid_args").inc()
+            call.note(outcome="error")
             return call.reply(f"Invalid arguments for {call.name}: {problems(exc)}", "error")
 
     async def cleared(
@@ -224,9 +309,11 @@ class ToolCalls:
             self._audit_credential(ctx, resource, exc.kind, decision, f"{exc.kind}: {exc}")
             text = credential_failure_text(tool.name, exc, self.credential_help)
             metrics.TOOL_CALLS.labels(call.name, "no_credential").inc()
+            call.note(outcome="refused" if decision == "denied" else "error")
             return call.reply(text, "error"), False
         kind = {"credential_type": fetched.credential.credential_type}
         self._audit_credential(ctx, resource, fetched.source, "allowed", fetched.source, kind)
+        call.note(credential_used=True)
         return replace(ctx, credential=fetched.credential)
 
     async def run(
@@ -242,6 +329,7 @@ class ToolCalls:
         except Exception as exc:  # the type only: an exception message may quote a secret
             log.error("tool_failed", tool=name, error=type(exc).__name__)
             metrics.TOOL_CALLS.labels(name, "failed").inc()
+            call.note(outcome="error")
             return call.reply(f"The tool {name} failed.", "error"), False
         if isinstance(result, Changed):  # what was confirmed no longer holds: ask again
             metrics.TOOL_CALLS.labels(name, "changed").inc()
@@ -258,7 +346,9 @@ class ToolCalls:
         )
         if isinstance(result, ToolResult) and result.images:
             text = self._show_images(name, result.images, text)
-        return call.reply(text, artifact=artifact_for(sources, self._scope(tool, scope, ctx))), False
+        scope = self._scope(tool, scope, ctx)
+        call.note(room_may_see=room_may_see(tool, scope, ctx))
+        return call.reply(text, artifact=artifact_for(sources, scope)), False
 
     def _show_images(self, tool: str, images: tuple[ToolImage, ...], text: str) -> str:
         """Images for the room go out as stream events (the bot posts them after the answer);
@@ -276,10 +366,15 @@ class ToolCalls:
         """The human's answer (interrupt), or the outcome when it is "no" or never comes."""
         answer = ask_human(question, self.agent.hitl.timeout_seconds)
         if answer is None:
+            call.note(outcome="cancelled", confirmation_asked=True, confirmation_answer="cancelled")
             metrics.TOOL_CALLS.labels(call.name, "cancelled").inc()
             self._audit_tool(ctx, "tool_access", call.name, "expired", "the question was not answered")
             return call.reply(CANCELLED_TOOL_RESULT), True
+        # The words of a yes/no answer; never what was typed into an input question.
+        confirm = question.kind == "confirm" and bool(question.options)
+        call.note(confirmation_asked=True, confirmation_answer=answer if confirm else "answered")
         if question.kind == "confirm" and question.options and answer.lower() != YES:
+            call.note(outcome="declined")
             metrics.TOOL_CALLS.labels(call.name, "declined").inc()
             self._audit_tool(ctx, "tool_access", call.name, "declined", "the user declined", call)
             return call.reply(f"The user declined. {call.name} was NOT run; nothing was changed."), False
@@ -298,6 +393,7 @@ class ToolCalls:
         """The answer to the saved question: its plan runs on "yes", unless more people read
         the room now than the question counted (then it is asked again)."""
         answer = self._ask(call, ctx, Question(text=str(stored["question"]), options=list(YES_NO)))
+        confirmation_waited(stored, call.name, wait_outcome(answer))
         if not isinstance(answer, str):  # "no", or no answer in time
             return answer
         if ask_personal and readers_changed(stored, ctx.audience):
@@ -327,7 +423,8 @@ class ToolCalls:
         approval = approval_for(
             call.id, tool, arguments, prepared, ctx.audience, confirm=confirm, personal=personal, notes=notes
         )
-        return Confirm(approval)
+        # When it was asked: the answer's wait (the trace's confirmation_seconds, the span).
+        return Confirm({**approval, "asked_at": time.time()})
 
     async def _planned(self, call: Call, tool: Tool, args: Any, ctx: ToolContext) -> Cleared | Outcome:
         """A call nobody needs to confirm: the plan its tool fixes, if it makes one."""
@@ -345,6 +442,7 @@ class ToolCalls:
     # ---- outcomes ----------------------------------------------------------------------
     def _personal_refused(self, call: Call, ctx: ToolContext) -> Outcome:
         metrics.TOOL_CALLS.labels(call.name, "personal_denied").inc()
+        call.note(outcome="refused", room_may_see=False)
         self._audit_tool(ctx, "tool_access", call.name, "denied", "personal result in a group room", call)
         text = (
             f"{call.name} was NOT run: it shows the user's own data, which is not shared in group rooms "
@@ -398,6 +496,7 @@ class ToolCalls:
         reason: str = "",
         call: Call | None = None,
     ) -> None:
+        tool_decision(decision, reason)  # on the call's span
         audit(
             self.services,
             event_type,

@@ -12,6 +12,7 @@ question-building code, never an already executed tool.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -34,8 +35,12 @@ from vagent_graph.reasoning import without_reasoning
 from vagent_graph.scope import Readership, visible_history
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
+from vagent_graph.telemetry_spans import llm_span, tool_span, tool_step
 from vagent_graph.tool_calls import Confirm, PersonalResults, ToolCalls, pending_calls
 from vagent_graph.tools import Tool, ToolContext, ToolRegistry
+from vagent_graph.turns import CONFIG_KEY as TURN_KEY
+from vagent_graph.turns import TurnRecorder, turn_of
+from vagent_graph.usage import Hold, Refusal, Scope, Usage, estimate, refusal_message
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import Audience
 
@@ -51,6 +56,8 @@ class AgentState(TypedDict, total=False):
     #: exact question shown and the plan "yes" runs, saved BEFORE the question is asked, so a
     #: resume never rebuilds (and never changes) what the human is answering.
     action: dict[str, Any] | None
+    #: The turn this run belongs to (its TurnTrace, trace_store.py): a resume continues it.
+    turn_id: str
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,8 @@ class Deps:
     tool_image_max_bytes: int = 5 * 1024 * 1024
     #: LLM_VISION: the model sees images (else none is ever sent to it, history included).
     vision: bool = False
+    #: Token usage and budgets (usage.py; None: nothing counted, no limits).
+    usage: Usage | None = None
 
 
 class Workflow:
@@ -96,11 +105,14 @@ class Workflow:
             )
             return {"messages": [AIMessage(content=stop)]}
         ac = AcContext.model_validate(state.get("ac_context") or {})
-        tools = self._offered(ac, session_of(config))
         # What the readers of THIS answer may read: results of earlier turns (or of this one,
         # before a pause) retrieved for other readers are withheld (scope.py).
         messages = visible_history(state.get("messages", []), Readership(ac, audience_of(config)).may_read)
-        ai = await self._call_model(tools, messages, config)
+        hold = await self._reserve(ac, messages, calls, config)
+        if isinstance(hold, dict):  # a budget is spent: no LLM call, the turn ends here
+            return hold
+        tools = self._offered(ac, session_of(config))
+        ai = await self._counted_call(tools, messages, config, hold)
         if ai.tool_calls:
             return {"messages": [ai], "llm_calls": calls + 1}
         sources = turn_sources(messages)
@@ -109,8 +121,78 @@ class Workflow:
         documents = [str(f["name"]) for f in turn_files(messages) if f.get("kind") == "document"]
         if documents:  # ... and the user's own files it was given
             ai = ai.model_copy(update={"content": with_files(text_of(ai), documents)})
+        notice = await self.deps.usage.notice(hold) if self.deps.usage and hold else None
+        if notice:  # 80% of the user's day, told once that day
+            ai = ai.model_copy(update={"content": f"{text_of(ai)}\n\n{notice}"})
         removals = removals_to_bound([*state.get("messages", []), ai], agent.history.max_messages)
         return {"messages": [ai, *removals], "llm_calls": calls + 1}
+
+    # ---- budgets (usage.py, docs/budgets.md) ---------------------------------------------
+    async def _reserve(
+        self, ac: AcContext, messages: list[AnyMessage], calls: int, config: RunnableConfig
+    ) -> Hold | dict[str, Any] | None:
+        """Before an LLM call: its hold on the user's and the tenant's budgets, or the turn's
+        end when one is spent (or llm_calls_per_turn is reached). A step already chosen (a
+        tool call) has run by now: a turn crossing the limit stops here, cleanly."""
+        usage = self.deps.usage
+        if usage is None:
+            return None
+        per_turn = usage.budgets.policy().llm_calls_per_turn
+        if per_turn is not None and calls >= per_turn:
+            stop = (
+                f"I stopped after {per_turn} model calls without a final answer (the limit per "
+                "question). Please ask again, more specifically."
+            )
+            return self._over_budget(ac, config, "llm_calls_per_turn", stop, {"limit": per_turn})
+        agent = self.deps.agent
+        window = window_for_llm(messages, agent.history.max_context_tokens)
+        prompt = [SystemMessage(content=agent.system_prompt), *window]
+        found = await usage.reserve(ac.user_id, ac.active_acl_domain, estimate(prompt))
+        if isinstance(found, Refusal):
+            text = refusal_message(found.scope, found.limit, mid_turn=calls > 0)
+            spent = {"limit": found.limit, "used": found.used}
+            return self._over_budget(ac, config, found.scope, text, spent)
+        return found
+
+    def _over_budget(
+        self,
+        ac: AcContext,
+        config: RunnableConfig,
+        scope: Scope | str,
+        text: str,
+        metadata: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The turn ends with `text`, audited `budget_exceeded`, recorded as over budget."""
+        metrics.BUDGET_REFUSALS.labels(scope).inc()
+        audit(
+            self.deps.services,
+            "budget_exceeded",
+            ac,
+            session_of(config),
+            resource=f"budget:{scope}",
+            decision="denied",
+            reason=f"{scope} budget spent: no LLM call was made",
+            metadata=metadata,
+        )
+        turn = turn_of(config)
+        if turn is not None:
+            turn.force("over_budget", "budget_exceeded")
+        return {"messages": [AIMessage(content=text)]}
+
+    async def _counted_call(
+        self, tools: list[Tool], messages: list[AnyMessage], config: RunnableConfig, hold: Hold | None
+    ) -> AIMessage:
+        """The model call, its reported tokens counted and its hold freed."""
+        usage = self.deps.usage
+        if usage is None or hold is None:
+            return await self._call_model(tools, messages, config)
+        try:
+            ai = await self._call_model(tools, messages, config)
+        except BaseException:  # failed or cancelled: nothing reported, nothing counted
+            await usage.release(hold)
+            raise
+        await usage.record(hold, self.deps.model_label, ai.usage_metadata)
+        return ai
 
     def _offered(self, ac: AcContext, session_id: str) -> list[Tool]:
         """The tools this user may see, and the record that they were offered."""
@@ -136,14 +218,19 @@ class Workflow:
         history = window_for_llm(messages, deps.agent.history.max_context_tokens)
         if not deps.vision:  # images of turns before LLM_VISION was switched off
             history = without_images(history)
+        started = time.perf_counter()
+        prompt = [SystemMessage(content=deps.agent.system_prompt), *history]
         try:
-            ai: AIMessage = await model.ainvoke(
-                [SystemMessage(content=deps.agent.system_prompt), *history], config
-            )
+            with llm_span(deps.model_label, deps.llm, prompt, len(tools)) as span:
+                ai: AIMessage = await model.ainvoke(prompt, config)
+                span.answered(ai)
         except Exception:
             metrics.LLM_CALLS.labels(deps.model_label, "error").inc()
             raise
         metrics.LLM_CALLS.labels(deps.model_label, "ok").inc()
+        turn = turn_of(config)
+        if turn is not None:
+            turn.llm_call(deps.model_label, ai, started, time.perf_counter())
         if ai.usage_metadata:
             metrics.LLM_TOKENS.labels(deps.model_label, "input").inc(ai.usage_metadata["input_tokens"])
             metrics.LLM_TOKENS.labels(deps.model_label, "output").inc(ai.usage_metadata["output_tokens"])
@@ -165,7 +252,9 @@ class Workflow:
             audience=audience,
             sources=turn_sources(visible_history(messages, Readership(ac, audience).may_read)),
         )
-        step = await self.calls.execute(pending[0], ctx, state.get("action"))
+        with tool_span(pending[0], self.deps.registry) as span:
+            step = await self.calls.execute(pending[0], ctx, state.get("action"))
+            tool_step(span, step)
         if isinstance(step, Confirm):
             return {"action": step.action}
         result, cancelled = step
@@ -208,22 +297,30 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any] | None) -> Co
 
 
 # ---- starting a run ------------------------------------------------------------------------
-def new_turn_input(message: str, ac: AcContext) -> dict[str, Any]:
-    """The graph input for one user message and who sends it."""
+def new_turn_input(message: str, ac: AcContext, turn_id: str = "") -> dict[str, Any]:
+    """The graph input for one user message and who sends it (and the turn it starts)."""
     return {
         "messages": [HumanMessage(content=message)],
         "ac_context": ac.to_wire(),
         "llm_calls": 0,
         "stopped": False,
         "action": None,
+        "turn_id": turn_id,
     }
 
 
-def run_config(session_id: str, audience: Audience | None = None) -> RunnableConfig:
-    """A session's run: its LangGraph thread, who else reads the answer, and a bound on the
-    steps of one run. The audience travels in the config, not the state, so no checkpoint
-    keeps other people's ids or roles (it is sent again with every request, answers too)."""
-    return {"configurable": {"thread_id": session_id, "audience": audience}, "recursion_limit": 100}
+def run_config(
+    session_id: str, audience: Audience | None = None, turn: TurnRecorder | None = None
+) -> RunnableConfig:
+    """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
+    turn (turns.py), and a bound on the steps of one run. The audience and the recorder travel
+    in the config, not the state, so no checkpoint keeps other people's ids or roles (the
+    audience is sent again with every request, answers too) and no checkpoint holds a trace
+    (LangGraph copies only plain str/number config values into a checkpoint's metadata)."""
+    configurable: dict[str, Any] = {"thread_id": session_id, "audience": audience}
+    if turn is not None:
+        configurable[TURN_KEY] = turn
+    return {"configurable": configurable, "recursion_limit": 100}
 
 
 def session_of(config: RunnableConfig) -> str:

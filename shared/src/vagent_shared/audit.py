@@ -27,6 +27,7 @@ AuditEventType = Literal[
     "hitl_decision",  # bot: who answered which confirmation, and how
     "access_denied",  # either: a security refusal (forged token, a tool never offered, ...)
     "user_forgotten",  # vagent admin forget: a user's data was erased
+    "budget_exceeded",  # graph: a turn refused or stopped because the token budget is spent
 ]
 Decision = Literal["allowed", "denied", "error", "approved", "declined", "answered", "expired", "done"]
 #: The one field of a stream entry: the event as JSON.

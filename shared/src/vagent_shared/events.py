@@ -75,16 +75,26 @@ class ImageOut(_Event):
     height: int | None = None
 
 
+class TurnStarted(_Event):
+    """First event of a stream: the turn this request is part of (a resume continues the
+    turn that asked). The bot indexes its answer's Matrix event under it, so a 🔍 on the
+    answer finds the turn's TurnTrace (vagent_shared.traces)."""
+
+    EVENT: ClassVar[str] = "turn"
+    turn_id: str
+
+
 class Done(_Event):
     """Always the last event of a stream."""
 
     EVENT: ClassVar[str] = "done"
 
 
-SSEEvent = TextChunk | Progress | HitlRequest | TextFinal | ImageOut | ErrorEvent | Done
+SSEEvent = TextChunk | Progress | HitlRequest | TextFinal | ImageOut | ErrorEvent | TurnStarted | Done
 
 EVENT_TYPES: dict[str, type[_Event]] = {
-    cls.EVENT: cls for cls in (TextChunk, Progress, HitlRequest, TextFinal, ImageOut, ErrorEvent, Done)
+    cls.EVENT: cls
+    for cls in (TextChunk, Progress, HitlRequest, TextFinal, ImageOut, ErrorEvent, TurnStarted, Done)
 }
 
 

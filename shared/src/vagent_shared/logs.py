@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from vagent_shared.secrets import secret_name
+from vagent_shared.telemetry import add_trace_ids
 
 _BEARER = re.compile(r"(?i)bearer\s+[A-Za-z0-9._~+/=-]+")
 REDACTED = "[REDACTED]"
@@ -56,6 +57,7 @@ def configure_logging(level: str = "INFO", service: str = "vagent") -> None:
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
+        add_trace_ids,  # inside a recorded span: its trace_id and span_id
         redact_secrets,
     ]
     structlog.configure(

@@ -134,6 +134,64 @@ def credential_cache_pattern(user_id: str) -> str:
     return f"{CREDENTIAL_CACHE_PREFIX}{glob_escape(user_id)}|*"
 
 
+# ---- turn traces (docs/traces.md): all expire after TRACE_TTL_SECONDS ----------------------
+
+TRACE_PREFIX = "trace:"
+#: Every stored turn, scored by its start (epoch seconds): `vagent trace list` without --user.
+TRACES_ALL = "trace:all"
+
+
+def trace_turn(turn_id: str) -> str:
+    """One TurnTrace (JSON)."""
+    return f"trace:turn:{turn_id}"
+
+
+def trace_event(event_id: str) -> str:
+    """The turn whose answer (or question) is the bot's Matrix event `event_id` (the bot writes it)."""
+    return f"trace:event:{event_id}"
+
+
+def trace_session(session_id: str) -> str:
+    """Sorted set of a session's turn ids, scored by their start."""
+    return f"trace:session:{session_id}"
+
+
+def trace_user(user_id: str) -> str:
+    """Sorted set of a user's turn ids, scored by their start (`trace list --user`, forget)."""
+    return f"trace:user:{user_id}"
+
+
+# ---- token usage and budgets (docs/budgets.md) ---------------------------------------------
+
+
+def usage_day(day: str) -> str:
+    """One UTC day's token counters (a hash; `day` is YYYY-MM-DD). Fields: `u|{user}|in`,
+    `u|{user}|out`, `t|{tenant}|in`, `t|{tenant}|out`, `t|{tenant}|calls`, and per row
+    `r|{tenant}|{user}|in`, `...|out`, `...|calls` (vagent_graph.usage builds and parses
+    them). '|' cannot occur in a Matrix user id, so fields are parsed from the right."""
+    return f"usage:{day}"
+
+
+#: SCAN MATCH for every day hash (not the holds or the notices).
+USAGE_DAYS_PATTERN = "usage:[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]"
+
+
+def usage_held(scope: str) -> str:
+    """Tokens reserved by LLM calls in flight for `u|{user}` or `t|{tenant}` (a sorted set:
+    member `{id}:{tokens}`, scored by when the reservation lapses)."""
+    return f"usage:held:{scope}"
+
+
+def usage_notified(day: str, user_id: str) -> str:
+    """Set once the user was told they used 80% of the day's budget."""
+    return f"usage:notified:{day}:{user_id}"
+
+
+def usage_notified_pattern(user_id: str) -> str:
+    """Candidates for the user's `usage_notified` keys (the owner is checked by parsing)."""
+    return f"usage:notified:*:{glob_escape(user_id)}"
+
+
 # ---- erasure (vagent admin forget) ----
 # SCAN MATCH patterns that find the CANDIDATE keys of one user; the caller checks the owner of
 # each one by parsing (a pattern alone cannot tell `@alice:localhost` from `@alice:localhost:8448`).

@@ -40,6 +40,12 @@ class CommonSettings(BaseSettings):
     #: Files one turn may use (the message's own, the one it replies to, ones kept before).
     ATTACHMENT_MAX_PER_TURN: int = Field(default=3, ge=1, le=16)
 
+    # ---- traces and usage (docs/traces.md; the standard OTEL_* variables too) ----
+    #: How long a TurnTrace (and the bot's answer -> turn index) is kept in Redis.
+    TRACE_TTL_SECONDS: int = Field(default=7 * 24 * 3600, ge=60)
+    #: Put prompt and answer text on OpenTelemetry spans (off: lengths only). Never credentials.
+    OTEL_CAPTURE_CONTENT: bool = False
+
 
 class GraphSettings(CommonSettings):
     """Graph service settings (documented in README.md)."""
@@ -124,6 +130,9 @@ class GraphSettings(CommonSettings):
     #: A personal tool (acting with the user's own credential, or returning the user's own
     #: data) in a room where others read the answer: `ask` the user first, `allow` it, `deny` it.
     PERSONAL_RESULTS_IN_GROUPS: Literal["ask", "allow", "deny"] = "ask"
+    #: Token budgets per user and tenant (YAML, docs/budgets.md); re-read when it changes.
+    #: Unset: no limits (usage is still counted).
+    BUDGETS_FILE: Path | None = None
 
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""

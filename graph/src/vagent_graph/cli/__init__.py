@@ -2,7 +2,9 @@
 
     vagent docs ...     documents and entities: ingest, list, delete, status, reindex (docs.py)
     vagent audit ...    read the audit trail: tail, export (audit.py)
+    vagent trace ...    how a turn came about: show, list (trace.py)
     vagent admin ...    forget a user (GDPR), make a credential-cache key (admin.py)
+    vagent usage        tokens per day, tenant and user (usage.py)
 
 One command rather than one per job, so that `vagent --help` shows a newcomer everything
 there is, and one completion script (`vagent --install-completion`) covers all of it. Every
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 
 import typer
 
-from vagent_graph.cli import admin, audit, docs
+from vagent_graph.cli import admin, audit, docs, trace, usage
 
 app = typer.Typer(
     name="vagent",
@@ -29,7 +31,9 @@ app = typer.Typer(
 )
 app.add_typer(docs.app, name="docs")
 app.add_typer(audit.app, name="audit")
+app.add_typer(trace.app, name="trace")
 app.add_typer(admin.app, name="admin")
+app.command("usage", short_help="Tokens per day, tenant and user.")(usage.usage)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -47,10 +47,15 @@ def report_dry_run(p: Plan, audit: bool) -> None:
             say(f"  {kind} ({len(p.keys[kind])})")
             for key in p.keys[kind]:
                 say(f"    {printable(key_name(key))}")
+    if p.usage_fields:  # their counters in the days' token usage hashes: `{key} {field}`
+        say(f"  usage_fields ({sum(len(v) for v in p.usage_fields.values())})")
+        for day, names in p.usage_fields.items():
+            for name in names:
+                say(f"    {printable(key_name(day))} {printable(name)}")
 
 
 def report(p: Plan, counts: dict[str, int], audit: bool, entry_id: str, stream: str) -> None:
-    keys = sum(n for kind, n in counts.items() if kind != "audit_entries")
+    keys = sum(n for kind, n in counts.items() if kind not in ("audit_entries", "usage_fields"))
     audit_part = (
         f" and {plural(counts.get('audit_entries', 0), 'audit entry', 'audit entries')}" if audit else ""
     )
@@ -106,9 +111,9 @@ def forget(
         bool, typer.Option("--dry-run", help="list what would be deleted; delete nothing")
     ] = False,
 ) -> None:
-    """Erase a user's sessions, checkpoints, pending questions, cached credentials and flood
-    window from Redis; with --audit also their audit entries. One `user_forgotten` audit record
-    is written and kept."""
+    """Erase a user's sessions, checkpoints, pending questions, cached credentials, flood
+    window and turn traces from Redis; with --audit also their audit entries. One
+    `user_forgotten` audit record is written and kept."""
     settings = load_settings(PROG)
     try:
         redis = connect(settings.REDIS_URL)

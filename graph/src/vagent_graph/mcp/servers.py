@@ -31,6 +31,7 @@ from vagent_graph.mcp.pool import SessionPool, credential_digest
 from vagent_graph.mcp.results import result_images, result_text
 from vagent_graph.mcp.tools import Skipped, build_tools
 from vagent_graph.services.credentials import HeaderAuth, credential_auth
+from vagent_graph.telemetry_spans import mcp_span
 from vagent_graph.tools.base import RunFn, ToolContext, ToolResult
 from vagent_graph.tools.registry import ToolRegistry
 from vagent_shared.wire import McpServerStatus
@@ -200,13 +201,14 @@ class McpServers:
 
         async def run(args: BaseModel, ctx: ToolContext, answer: str | None) -> str | ToolResult:
             try:
-                result, asked = await self.pool.call(
-                    server,
-                    name,
-                    args.model_dump(mode="json"),
-                    auth_for(server, ctx),
-                    credential_id(server, ctx),
-                )
+                with mcp_span(server.name, name):
+                    result, asked = await self.pool.call(
+                        server,
+                        name,
+                        args.model_dump(mode="json"),
+                        auth_for(server, ctx),
+                        credential_id(server, ctx),
+                    )
             except McpUnavailable as exc:
                 log.warning("mcp_call_failed", server=server.name, tool=exposed, reason=exc.reason)
                 metrics.MCP_FAILURES.labels(server.name, f"call_{exc.reason}").inc()

@@ -25,6 +25,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
+from vagent_graph.telemetry_spans import cache_hit, credential_span
 from vagent_shared import redis_keys
 from vagent_shared.credentials import CREDENTIALS_GET_PATH, CredentialRequest, CredentialResponse
 from vagent_shared.settings import GraphSettings
@@ -134,6 +135,12 @@ class CredentialRegistry:
 
     async def get(self, user_id: str, resource_id: str, domain: str) -> Fetched:
         """The user's valid credential; raises a CredentialError subclass otherwise."""
+        with credential_span(resource_id) as span:
+            fetched = await self._get(user_id, resource_id, domain)
+            cache_hit(span, fetched.source == "cache")
+            return fetched
+
+    async def _get(self, user_id: str, resource_id: str, domain: str) -> Fetched:
         now = self.clock()
         if self.cache is not None:
             with _cache_errors_ignored():

@@ -18,11 +18,14 @@ from vagent_graph.citations import number_of
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
-from vagent_graph.scope import DocRef, ResultScope
+from vagent_graph.scope import DocRef, Readership, ResultScope
 from vagent_graph.services import ServiceUnavailable
 from vagent_graph.services.audit import audit
+from vagent_graph.telemetry_spans import results, retrieval_span
 from vagent_graph.tools.base import Tool, ToolContext, ToolResult
+from vagent_graph.turns import current_turn
 from vagent_shared.knowledge import SearchHit, SourceRef
+from vagent_shared.traces import SourceTrace
 
 log = structlog.get_logger(__name__)
 
@@ -78,7 +81,9 @@ async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) ->
     readers = readers_for(ctx.ac, ctx.audience, DOCUMENT_KINDS)
     start = time.perf_counter()
     try:
-        hits = await ctx.services.get(DocumentStore).search(readers, args.query)
+        with retrieval_span("documents", args.query) as span:
+            hits = await ctx.services.get(DocumentStore).search(readers, args.query)
+            results(span, len(hits))
     except (ServiceUnavailable, IndexMismatch) as exc:
         log.error("document_search_unavailable", reason=str(exc))
         metrics.KNOWLEDGE_QUERIES.labels(NAME, "unavailable").inc()
@@ -107,7 +112,23 @@ async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) ->
         },
         arguments=args.model_dump(),
     )
-    return format_hits(hits, ctx.sources, in_room=ctx.audience is not None)
+    result = format_hits(hits, ctx.sources, in_room=ctx.audience is not None)
+    trace_documents(hits, result.scope, ctx)
+    return result
+
+
+def trace_documents(hits: list[SearchHit], scope: ResultScope | None, ctx: ToolContext) -> None:
+    """The turn's trace names the documents found (all readable by the asker: the search was
+    filtered), each marked with whether the room's readers may read it too."""
+    turn = current_turn()
+    if turn is None or scope is None:
+        return
+    titles = {h.doc_id: h.title for h in hits}
+    room = Readership(ctx.ac, ctx.audience)
+    for doc in scope.documents:
+        visible = room.may_read(ResultScope(domain=scope.domain, documents=(doc,)))
+        title = titles[doc.doc_id]
+        turn.source(SourceTrace(kind="document", id=doc.doc_id, title=title, room_may_see=visible))
 
 
 TOOL = Tool(

@@ -19,10 +19,12 @@ from vagent_graph import metrics
 from vagent_graph.knowledge.entities import Entity, EntityLookup
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
-from vagent_graph.scope import EntityRef, ResultScope
+from vagent_graph.scope import EntityRef, Readership, ResultScope
 from vagent_graph.services import ServiceUnavailable
 from vagent_graph.services.audit import audit
 from vagent_graph.tools.base import Tool, ToolContext, ToolResult
+from vagent_graph.turns import current_turn
+from vagent_shared.traces import SourceTrace
 
 log = structlog.get_logger(__name__)
 
@@ -130,7 +132,22 @@ async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> 
         "relations": len(found.relations),
     }
     audit_lookup(ctx, args, "found" if found.matches else "empty", counts)
-    return ToolResult(format_lookup(found), scope=scope_of_lookup(found, readers.domain))
+    scope = scope_of_lookup(found, readers.domain)
+    trace_entities(found, scope, ctx)
+    return ToolResult(format_lookup(found), scope=scope)
+
+
+def trace_entities(found: EntityLookup, scope: ResultScope, ctx: ToolContext) -> None:
+    """The turn's trace names the entities shown (all visible to the asker: the lookup was
+    filtered), each marked with whether the room's readers may see it too."""
+    turn = current_turn()
+    if turn is None:
+        return
+    names = {e.id: e.name for e in [*found.matches, *found.neighbours]}
+    room = Readership(ctx.ac, ctx.audience)
+    for ref in scope.entities:
+        visible = room.may_read(ResultScope(domain=scope.domain, entities=(ref,)))
+        turn.source(SourceTrace(kind="entity", id=ref.id, title=names[ref.id], room_may_see=visible))
 
 
 TOOL = Tool(

@@ -1,0 +1,115 @@
+"""The TurnTrace contract: what one turn did, why the agent answered what it answered
+(docs/traces.md). The graph writes it; the bot (🔍 / `!why`), `vagent trace` and
+`/admin/v1/traces` read it. Stored in Redis as JSON under `redis_keys.trace_turn`.
+
+Nothing here is secret: tool arguments are scrubbed exactly as the audit trail scrubs
+them (`vagent_shared.audit.scrub`), no prompt or answer text is kept, and the documents
+named are those the asker may read. `room_may_see` marks what the answer's readers (the
+room's audience) may be told about; the bot's account in a group room names nothing else.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TurnOutcome = Literal["answered", "asked", "denied", "failed", "cancelled", "over_budget"]
+ToolOutcome = Literal["ok", "error", "denied", "asked", "declined", "cancelled", "refused"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LlmCallTrace(BaseModel):
+    """One model call, with the usage the provider reported (None: it reported none)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    #: `tools`: the model chose tool calls; `answer`: it wrote the final answer.
+    purpose: Literal["answer", "tools"] = "answer"
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    first_token_ms: float | None = None
+    duration_ms: float = 0.0
+    finish_reason: str | None = None
+    started_at: datetime = Field(default_factory=_now)
+
+
+class ToolCallTrace(BaseModel):
+    """One tool call the model made, and what became of it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    #: The model's id of the call: a call asked about is updated by its resume, not repeated.
+    call_id: str = ""
+    #: `builtin`, `mcp:<server>`, or `unknown` (a tool the registry does not know).
+    source: str = "builtin"
+    #: The access decision at invocation (`allowed` / `denied`).
+    decision: Literal["allowed", "denied"] = "allowed"
+    #: Scrubbed as the audit trail scrubs them (no secret, no free text unless configured).
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    confirmation_asked: bool = False
+    #: When the (latest) question for this call was asked.
+    asked_at: datetime | None = None
+    #: `yes`/`no`/other words, once answered.
+    confirmation_answer: str | None = None
+    confirmation_seconds: float | None = None
+    credential_used: bool = False
+    duration_ms: float = 0.0
+    outcome: ToolOutcome = "ok"
+    result_chars: int = 0
+    #: False: its result was the asker's alone (a personal tool in a group room...).
+    room_may_see: bool = True
+    started_at: datetime = Field(default_factory=_now)
+
+
+class SourceTrace(BaseModel):
+    """A document, entity or file the turn used (ids and titles the asker may read)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Literal["document", "entity", "file"]
+    id: str
+    title: str = ""
+    room_may_see: bool = True
+
+
+class TurnTrace(BaseModel):
+    """One turn: from the user's message to the answer (or the question, or the refusal).
+    A turn paused on a confirmation continues in the same trace when it is answered."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    turn_id: str
+    session_id: str
+    user_id: str
+    tenant: str = ""
+    #: The room's other readers were part of the turn (a group room): the audience rule.
+    group: bool = False
+    #: OpenTelemetry trace ids (hex) of the requests of this turn (a resume is its own).
+    otel_trace_ids: list[str] = Field(default_factory=list)
+    #: Matrix event ids of the bot's messages for this turn (answer, question), set by the bot.
+    event_ids: list[str] = Field(default_factory=list)
+    started_at: datetime = Field(default_factory=_now)
+    ended_at: datetime | None = None
+    outcome: TurnOutcome = "answered"
+    total_ms: float = 0.0
+    first_token_ms: float | None = None
+    llm_calls: list[LlmCallTrace] = Field(default_factory=list)
+    tool_calls: list[ToolCallTrace] = Field(default_factory=list)
+    sources: list[SourceTrace] = Field(default_factory=list)
+    #: A short reason for `denied`/`failed`/`over_budget` (an error code, never details).
+    reason: str = ""
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(c.input_tokens or 0 for c in self.llm_calls)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(c.output_tokens or 0 for c in self.llm_calls)
