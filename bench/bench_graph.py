@@ -74,7 +74,7 @@ from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
 from vagent_graph.resources import open_resources  # noqa: E402
 from vagent_graph.tools.catalogue import default_registry  # noqa: E402
 from vagent_graph.workflow import new_turn_input, run_config  # noqa: E402
-from vagent_shared import AcContext  # noqa: E402
+from vagent_shared import AcContext, redis_keys  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, TextChunk  # noqa: E402
 from vagent_shared.settings import CommonSettings, GraphSettings  # noqa: E402
 from vagent_shared.wire import ProcessMessageRequest  # noqa: E402
@@ -338,6 +338,15 @@ class MemoryPoint:
     #: The audit stream (every access decision of the run, docs/audit.md): the service's
     #: record, not the session's state, so reported beside it.
     audit_stream_bytes: int = 0
+    #: The turns' TurnTraces and the day's token counters (docs/traces.md, docs/budgets.md):
+    #: records kept for TRACE_TTL_SECONDS / days whatever the session does, so reported apart
+    #: (a trace grows with the turns by design; the session's state must not).
+    record_keys: int = 0
+    record_bytes: int = 0
+
+
+#: Keys of the records kept beside the session (traces, usage counters): reported apart.
+RECORD_PREFIXES = (redis_keys.TRACE_PREFIX.encode(), b"usage:")
 
 
 async def session_footprint(redis: Redis, session_id: str, turns: int) -> MemoryPoint:
@@ -347,9 +356,14 @@ async def session_footprint(redis: Redis, session_id: str, turns: int) -> Memory
     match cannot pick up another session whose id merely starts the same way."""
     tid, audit = session_id.encode(), CommonSettings().AUDIT_STREAM.encode()
     keys = [k async for k in redis.scan_iter(count=1000) if k != audit]
+    records = [k for k in keys if k.startswith(RECORD_PREFIXES)]
+    keys = [k for k in keys if not k.startswith(RECORD_PREFIXES)]
     mine = sorted(k for k in keys if tid in k)
     point = MemoryPoint(turns=turns, bytes=0, keys=len(mine), other_keys=len(keys) - len(mine))
     point.audit_stream_bytes = int(await redis.memory_usage(audit, samples=0) or 0)
+    point.record_keys = len(records)
+    for k in records:
+        point.record_bytes += int(await redis.memory_usage(k, samples=0) or 0)
     for i in range(0, len(mine), 500):
         batch = mine[i : i + 500]
         pipe = redis.pipeline(transaction=False)
@@ -439,6 +453,11 @@ def print_memory(points: list[MemoryPoint]) -> dict[str, Any]:
         print(f"      ({parts})")
         if pt.other_keys:
             print(f"   ({pt.other_keys} keys not naming the session were ignored)")
+        if pt.record_keys:
+            print(
+                f"      + turn traces and usage counters: {pt.record_bytes:,} B in {pt.record_keys} keys "
+                f"({pt.record_bytes / max(pt.turns, 1):,.0f} B per turn, kept TRACE_TTL_SECONDS)"
+            )
     first, last = points[0], points[-1]
     ratio = last.bytes / first.bytes if first.bytes else math.nan
     print(

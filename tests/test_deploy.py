@@ -72,7 +72,10 @@ STT_ENV = set(SttSettings.model_fields)
 # descriptor loads, and a missing one is a startup error), so the deployments that run that
 # agent must set it. Every ${VAR} of that descriptor must be listed here (a test checks).
 GRAPH_DESCRIPTOR_ENV = {"CALENDAR_MCP_URL"}
-GRAPH_PROCESS_ENV = GRAPH_ENV | GRAPH_DESCRIPTOR_ENV
+# The standard OpenTelemetry variables the SDK reads itself (docs/traces.md): not settings fields.
+OTEL_STANDARD_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL"}
+GRAPH_PROCESS_ENV = GRAPH_ENV | GRAPH_DESCRIPTOR_ENV | OTEL_STANDARD_ENV
+TELEMETRY_ENV = OTEL_STANDARD_ENV | {"OTEL_CAPTURE_CONTENT", "TRACE_TTL_SECONDS"}
 SECRET_ENV = {
     "GRAPH_API_TOKEN",
     "GRAPH_ADMIN_TOKEN",
@@ -128,7 +131,7 @@ INGEST_SHARED_ENV = {
 # k8s workload name -> (allowed env names, console command it runs, port)
 WORKLOADS = {
     "vagent-graph": (GRAPH_PROCESS_ENV, "vagent-graph", 8000),
-    "vagent-bot": (BOT_ENV, "vagent-bot", 8080),
+    "vagent-bot": (BOT_ENV | OTEL_STANDARD_ENV, "vagent-bot", 8080),
     "vagent-acp": (ACP_ENV, "vagent-acp", 8090),
     "vagent-credentials": (CREDENTIALS_ENV, "vagent-credentials", 8091),
     "vagent-tickets": (TICKETS_ENV, "vagent-tickets", 8092),
@@ -808,6 +811,9 @@ def test_new_settings_are_wired(overlay: str) -> None:
         # optional: documents work without either (offline model; no admin API)
         assert ref == {"name": SECRET_NAME, "key": name, "optional": True}, ref
     assert CREDENTIAL_ENV <= set(graph), sorted(CREDENTIAL_ENV - set(graph))
+    for name, env in (("graph", graph), ("bot", bot)):
+        assert TELEMETRY_ENV <= set(env), (name, sorted(TELEMETRY_ENV - set(env)))
+    assert "BUDGETS_FILE" in graph
     for name in CREDENTIAL_ENV:
         source = graph[name]["valueFrom"]
         if name in SECRET_ENV:
@@ -1109,7 +1115,7 @@ def test_compose_build_dockerfiles_exist() -> None:
     ("service", "allowed"),
     [
         ("graph", GRAPH_PROCESS_ENV),
-        ("bot", BOT_ENV),
+        ("bot", BOT_ENV | OTEL_STANDARD_ENV),
         ("acp", ACP_ENV),
         ("knowledge", GRAPH_ENV),
         ("credentials", CREDENTIALS_ENV),
@@ -1178,6 +1184,11 @@ def test_compose_wires_every_new_setting() -> None:
     # one audit stream, bounded alike, whoever writes to it
     assert AUDIT_ENV <= set(graph) and AUDIT_ENV <= set(bot)
     assert {n: graph[n] for n in AUDIT_ENV} == {n: bot[n] for n in AUDIT_ENV}
+    # one trace backend and one trace lifetime for both (a 🔍 needs the bot's pointer and the
+    # graph's record alive together); budgets are the graph's
+    assert TELEMETRY_ENV <= set(graph) and TELEMETRY_ENV <= set(bot)
+    assert {n: graph[n] for n in TELEMETRY_ENV} == {n: bot[n] for n in TELEMETRY_ENV}
+    assert "BUDGETS_FILE" in graph
 
 
 @pytest.mark.parametrize("workload", sorted(DEV_SERVICES))

@@ -19,6 +19,7 @@ from tests.e2e.test_audit_e2e import trail_since
 from tests.e2e.test_bot_e2e import group, reads
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient, Msg
+from vagent_bot.why import IN_PROGRESS_NOTICE
 from vagent_shared import redis_keys
 
 pytestmark = pytest.mark.e2e
@@ -91,9 +92,12 @@ async def test_only_the_asker_sees_how_an_answer_came_about(
     again = await alice.wait_for_reply(u.bot, room, account_of(answer, other_than=shown.event_id))
     assert again.body == body
 
-    # once the details expired, she is told so (and only she would be)
+    # a pointer without its trace: the turn is still being answered (the trace comes at its end)
     turn_id = await turn_of(stack, answer.event_id)
-    await stack.redis_delete(redis_keys.trace_event(answer.event_id))
     await stack.redis_delete(redis_keys.trace_turn(turn_id))
+    await alice.react(room, answer.event_id, "🔍\ufe0f")  # (her plain 🔍 is taken: one per key)
+    await alice.wait_for_reply(u.bot, room, reads(IN_PROGRESS_NOTICE))
+    # once the details expired, she is told so (and only she would be)
+    await stack.redis_delete(redis_keys.trace_event(answer.event_id))
     await alice.react(room, answer.event_id, "🔎")
     await alice.wait_for_reply(u.bot, room, reads(GONE))

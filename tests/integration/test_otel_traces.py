@@ -30,7 +30,7 @@ from tests.support.procs import ROOT, ServiceProcess
 from tests.support.sse import post_sse
 from vagent_shared import SessionId
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
-from vagent_shared.telemetry import setup_tracing, tracing_wanted
+from vagent_shared.telemetry import instrumented, setup_tracing, tracing_wanted
 
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
 ALICE = "@alice:localhost"
@@ -249,4 +249,8 @@ def test_without_an_endpoint_nothing_is_installed() -> None:
     assert not tracing_wanted({})
     assert not tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"})
     assert tracing_wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x"})
+    # the standard switch to leave one maintained instrumentation out (or all of them)
+    assert instrumented("redis", {}) and instrumented("redis", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "x"})
+    assert not instrumented("redis", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "fastapi, redis"})
+    assert not instrumented("httpx", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "*"})
     assert setup_tracing("vagent-graph", env={"OTEL_SERVICE_NAME": "x"}) is None

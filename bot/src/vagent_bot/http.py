@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from vagent_shared.telemetry import tracing_enabled
+from vagent_shared.telemetry import instrumented, tracing_enabled
 
 
 def proxy_for(url: str) -> str | None:
@@ -30,7 +30,7 @@ def client_tracing() -> list[aiohttp.TraceConfig]:
     """For the graph client's session only: a span per request, and the W3C `traceparent`
     that lets the graph continue the Matrix event's trace. None when tracing is off. Not
     aiohttp as a whole: matrix-nio's long-poll sync would start a trace of its own every 30 s."""
-    if not tracing_enabled():
+    if not tracing_enabled() or not instrumented("aiohttp-client"):
         return []
     from opentelemetry.instrumentation.aiohttp_client import create_trace_config
 

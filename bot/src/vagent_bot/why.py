@@ -70,6 +70,12 @@ def expired_notice(ttl_seconds: int) -> str:
     return f"🔍 I no longer have the details of that answer (they are kept {kept_for(ttl_seconds)})."
 
 
+#: The pointer to the turn exists but its trace does not yet: the graph stores the trace when
+#: the request ends (the pointer outlives nothing: both expire after TRACE_TTL_SECONDS, the
+#: trace last), so the answer is still being written.
+IN_PROGRESS_NOTICE = "🔍 That answer is still being written: react 🔍 again once it is complete."
+
+
 def duration(ms: float) -> str:
     """`320 ms`, `4.2 s`, `2 min 5 s`."""
     if ms < 1000:

@@ -4,7 +4,8 @@ The way there, in order: the turn of the answered message (`trace_store`: the po
 wrote when it posted it; a `!why` without a reply means the sender's latest turn in this
 conversation), its TurnTrace, then who asks. Only the asker gets an account: anyone else's 🔍
 or `!why` is ignored without a word and audited as `access_denied` (like an answer to another
-user's question). The asker must still pass the agent access check (silent denial, fail
+user's question). A turn still being answered has a pointer but no trace yet: the asker is
+told to ask again once it is complete. The asker must still pass the agent access check (silent denial, fail
 closed), in the room the turn happened in, within the flood limit. In a group room (the turn
 had an audience, or the room has other members now) the account names only what the room may
 see (`why.account`). When the details are gone (expired, forgotten), the asker is told so,
@@ -24,7 +25,7 @@ from vagent_bot.access import AccessResult
 from vagent_bot.audience import joined_members
 from vagent_bot.conversation import Conversations
 from vagent_bot.routing import IncomingMessage, session_for
-from vagent_bot.why import account, expired_notice, is_why_reaction
+from vagent_bot.why import IN_PROGRESS_NOTICE, account, expired_notice, is_why_reaction
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.session import SessionId
 from vagent_shared.traces import TurnTrace
@@ -100,7 +101,7 @@ class WhyAnswers:
                 await self.conv.answer_for(msg).notice(TOO_FAST)
             return
         if trace is None:
-            text = expired_notice(store.ttl_seconds)
+            text = IN_PROGRESS_NOTICE if turn_id else expired_notice(store.ttl_seconds)
         else:
             text = account(trace, group=trace.group or await self._group_now(room_id))
         if answered is None and msg is not None:

@@ -11,7 +11,7 @@ from vagent_graph.app import InsecureConfigError, create_app
 from vagent_graph.knowledge.parsing import quiet_parsers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
-from vagent_shared.telemetry import setup_tracing
+from vagent_shared.telemetry import instrumented, setup_tracing
 
 #: Probes and scraping start no trace.
 UNTRACED_URLS = r"/health$,/metrics$"
@@ -24,9 +24,13 @@ def instrument(app: FastAPI) -> None:
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor, HTTPXClientInstrumentor
 
-    FastAPIInstrumentor.instrument_app(app, excluded_urls=UNTRACED_URLS, exclude_spans=["receive", "send"])
-    HTTPXClientInstrumentor().instrument()
-    HTTPX2ClientInstrumentor().instrument()
+    if instrumented("fastapi"):
+        FastAPIInstrumentor.instrument_app(
+            app, excluded_urls=UNTRACED_URLS, exclude_spans=["receive", "send"]
+        )
+    if instrumented("httpx"):
+        HTTPXClientInstrumentor().instrument()
+        HTTPX2ClientInstrumentor().instrument()
 
 
 def main() -> None:

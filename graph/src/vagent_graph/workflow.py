@@ -43,6 +43,7 @@ from vagent_graph.turns import TurnRecorder, turn_of
 from vagent_graph.usage import Hold, Refusal, Scope, Usage, estimate, refusal_message
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import Audience
+from vagent_shared.traces import SourceTrace
 
 
 class AgentState(TypedDict, total=False):
@@ -118,7 +119,12 @@ class Workflow:
         sources = turn_sources(messages)
         if sources:  # the final answer names the documents it used
             ai = ai.model_copy(update={"content": with_sources(text_of(ai), sources)})
-        documents = [str(f["name"]) for f in turn_files(messages) if f.get("kind") == "document"]
+        files = turn_files(messages)
+        documents = [str(f["name"]) for f in files if f.get("kind") == "document"]
+        turn = turn_of(config)
+        if turn is not None:  # the files it was given, kept from an earlier message too
+            for f in files:
+                turn.source(SourceTrace(kind="file", id=str(f["name"]), title=str(f["name"])))
         if documents:  # ... and the user's own files it was given
             ai = ai.model_copy(update={"content": with_files(text_of(ai), documents)})
         notice = await self.deps.usage.notice(hold) if self.deps.usage and hold else None

@@ -9,7 +9,8 @@ Why this shape:
   OTEL_RESOURCE_ATTRIBUTES (the service's own name only when neither names one),
   OTEL_EXPORTER_OTLP_{TRACES_,}PROTOCOL (http/protobuf; grpc when its exporter is installed),
   OTEL_EXPORTER_OTLP_* (endpoint, headers, timeout, compression), OTEL_BSP_* (the batch
-  processor), OTEL_TRACES_SAMPLER[_ARG].
+  processor), OTEL_TRACES_SAMPLER[_ARG], and OTEL_PYTHON_DISABLED_INSTRUMENTATIONS (read here:
+  `instrumented`).
 - A trace starts with work the service was asked to do (an HTTP request, a Matrix event).
   Unless OTEL_TRACES_SAMPLER says otherwise, a client call made outside any trace (the bot's
   Redis polling, a health probe to the graph, an MCP session's own traffic) is not recorded:
@@ -51,6 +52,15 @@ def tracing_wanted(env: Mapping[str, str] | None = None) -> bool:
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def instrumented(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Is the maintained instrumentation `name` (`redis`, `fastapi`, `httpx`, `aiohttp-client`)
+    wanted? All are, unless the standard OTEL_PYTHON_DISABLED_INSTRUMENTATIONS lists it (or
+    `*`): e.g. `redis` leaves out the Redis command spans, most of a turn's spans (bench/README.md)."""
+    env = os.environ if env is None else env
+    disabled = {n.strip().lower() for n in env.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}
+    return not ({name, "*"} & disabled)
 
 
 def tracing_enabled() -> bool:
@@ -106,7 +116,8 @@ def setup_tracing(
     provider = TracerProvider(resource=resource, sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(_exporter(env)))
     trace.set_tracer_provider(provider)
-    RedisInstrumentor().instrument(tracer_provider=provider)
+    if instrumented("redis", env):
+        RedisInstrumentor().instrument(tracer_provider=provider)
     _capture, _enabled = capture, True
     log.info(
         "tracing_enabled",
