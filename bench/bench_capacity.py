@@ -1281,12 +1281,9 @@ def print_tracing(variants: list[Variant], receiver: OtlpReceiver) -> dict[str, 
         f"   {'conv':>6} | {'off p99':>8} {'cpu s/cv':>9} | {'traced p99':>10} {'cpu s/cv':>9} | "
         f"{'cpu traced/off':>14} {'p99 added':>9}"
     )
-    by_on = {r["conversations"]: r for r in on.rows}
     steps = []
-    for r in off.rows:
-        t = by_on.get(r["conversations"])
-        if t is None:
-            continue
+    # paired step by step, in order (a step may be repeated, `--steps 30,30,30`, for more pairs)
+    for r, t in zip(off.rows, on.rows, strict=False):
         ratio = t["cpu_s_per_conversation"] / r["cpu_s_per_conversation"]
         p99_added = t["added_first_ms"]["p99"] - r["added_first_ms"]["p99"]
         steps.append({"conversations": r["conversations"], "cpu_ratio": ratio, "p99_added_ms": p99_added})

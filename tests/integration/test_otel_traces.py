@@ -85,6 +85,7 @@ class Services:
             **otel,
             OTEL_CAPTURE_CONTENT="true",
             OTEL_SERVICE_NAME="vagent-graph-capturing",
+            OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="",  # every instrumentation, Redis's too
         )
         for g in (self.graph, self.capturing):
             g.data_dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +149,12 @@ def ended(receiver: OtlpReceiver, trace_id: str, *names: str) -> list[SpanRecord
 
     receiver.wait_for(complete)
     return receiver.trace(trace_id)
+
+
+def is_redis(span: Any) -> bool:
+    """A span of the redis instrumentation (either semantic-conventions generation)."""
+    system = span.attributes.get("db.system", span.attributes.get("db.system.name", ""))
+    return str(system) == "redis"
 
 
 async def test_a_turn_continues_the_callers_trace_with_genai_spans_and_no_content_or_secret(
@@ -216,6 +223,8 @@ async def test_a_turn_continues_the_callers_trace_with_genai_spans_and_no_conten
     assert any(c.kind == CLIENT for c in children(spans2, fetch))  # the registry call (httpx)
     assert one(spans2, "chat test-model").attributes["gen_ai.response.finish_reasons"] == ["stop"]
 
+    # by default no Redis command spans (OTEL_PYTHON_DISABLED_INSTRUMENTATIONS unset: `redis`)
+    assert not [s for s in receiver.trace(trace_id) + receiver.trace(trace2) if is_redis(s)]
     everything = "\n".join(s.raw for s in receiver.snapshot() if s.service == "vagent-graph")
     for content in ("printer is on fire", "Printer on fire", "Ticket created", "You are"):
         assert content not in everything, content
@@ -240,6 +249,9 @@ async def test_with_capture_content_the_prompt_is_on_the_span_but_never_a_secret
     user = sent[-1]
     assert user["role"] == "user" and "is the printer on fire?" in user["parts"][0]["content"]
     assert "The printer is fine." in chat.attributes["gen_ai.output.messages"]
+    spans = receiver.trace(trace_id)
+    # with every instrumentation switched on, Redis commands are spans too (arguments as `?`)
+    assert [s for s in spans if is_redis(s)], "no Redis command span"
     everything = "\n".join(s.raw for s in spans)
     for secret in (PASTED, LLM_KEY, TOKEN):
         assert secret not in everything, secret[:10]
@@ -250,7 +262,10 @@ def test_without_an_endpoint_nothing_is_installed() -> None:
     assert not tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"})
     assert tracing_wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x"})
     # the standard switch to leave one maintained instrumentation out (or all of them)
-    assert instrumented("redis", {}) and instrumented("redis", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "x"})
+    # unset: every one but redis (its ~15 command spans per turn cost +4% CPU, bench/README.md)
+    assert instrumented("fastapi", {}) and not instrumented("redis", {})
+    assert instrumented("redis", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": ""})
+    assert instrumented("redis", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "x"})
     assert not instrumented("redis", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "fastapi, redis"})
     assert not instrumented("httpx", {"OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "*"})
     assert setup_tracing("vagent-graph", env={"OTEL_SERVICE_NAME": "x"}) is None
