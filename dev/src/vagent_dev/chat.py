@@ -167,8 +167,10 @@ class Chat:
                     self._saving.add(task)
                     task.add_done_callback(self._saving.discard)
             else:
-                self.transcript.new(str(src.get("event_id")), str(content.get("body", "")))
-                if not rel.get("rel_type") or rel.get("rel_type") == "m.thread":
+                body = str(content.get("body", ""))
+                self.transcript.new(str(src.get("event_id")), body)
+                answer = rel.get("rel_type") in (None, "m.thread") and not body.startswith("🔍")
+                if answer:  # (not an edit, not a 🔍 account)
                     self.last_answer = str(src.get("event_id"))
 
     async def why(self) -> None:
