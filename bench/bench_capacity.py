@@ -96,7 +96,7 @@ from tests.support.factories import ALL_TOOLS, DOMAIN, ac, message_body, new_ses
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from tests.support.mcp_server import McpTestServer, fingerprint, tool  # noqa: E402
 from tests.support.otlp_receiver import OtlpReceiver  # noqa: E402
-from tests.support.procs import ServiceProcess  # noqa: E402
+from tests.support.procs import ServiceProcess, credential_registry  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, TextChunk, TextFinal  # noqa: E402
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest  # noqa: E402
@@ -696,18 +696,7 @@ def start_mcp(stack: contextlib.ExitStack, tmp: Path, cfg: Config) -> tuple[McpB
     policy = {"domains": {DOMAIN: {"resources": {f"mcp:{MCP_SERVER}": resource}}}}
     policy_path = tmp / "credentials.yaml"
     policy_path.write_text(yaml.safe_dump(policy), encoding="utf-8")
-    port = free_port()
-    registry = ServiceProcess(
-        "vagent-credentials",
-        {
-            "CREDENTIALS_HOST": "127.0.0.1",
-            "CREDENTIALS_PORT": str(port),
-            "CREDENTIALS_POLICY_FILE": str(policy_path),
-            "LOG_LEVEL": cfg.log_level,
-        },
-        tmp / "credentials.log",
-        f"http://127.0.0.1:{port}/health",
-    )
+    registry = credential_registry(tmp, policy_path, CREDENTIALS_HOST="127.0.0.1", LOG_LEVEL=cfg.log_level)
     stack.callback(registry.stop)
     registry.start()
     echo = tool(
@@ -737,7 +726,7 @@ def start_mcp(stack: contextlib.ExitStack, tmp: Path, cfg: Config) -> tuple[McpB
     env = {
         "AGENT_DESCRIPTOR": str(agent),
         "BENCH_MCP_URL": server.url,
-        "CREDENTIAL_REGISTRY_URL": f"http://127.0.0.1:{port}",
+        "CREDENTIAL_REGISTRY_URL": registry.base_url,
         "CREDENTIAL_CACHE_KEY": Fernet.generate_key().decode(),
     }
     return McpBench(server, registry, keys), env
@@ -1622,7 +1611,7 @@ def run(cfg: Config) -> dict[str, Any]:
         if mcp is not None:
             print(
                 f"   mcp     : {mcp.server.url} (tests/support/mcp_server.py, echo), keys of {len(mcp.keys)} "
-                f"users from vagent-credentials {mcp.registry.health_url.removesuffix('/health')}"
+                f"users from vagent-credentials {mcp.registry.base_url}"
             )
         try:
             ramp(cfg, variants, client, llm_url, mcp)

@@ -21,7 +21,7 @@ from synapse_local import SynapseServer
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.matrix_human import HumanClient, syncing_human
-from tests.support.procs import ServiceProcess
+from tests.support.procs import ServiceProcess, credential_registry, ticket_service
 
 DOMAIN = "localhost"
 ROLES = {
@@ -98,9 +98,9 @@ class Stack:
             redis_url,
             tmp / "graph",
             llm.base_url,
-            CREDENTIAL_REGISTRY_URL=self.registry.health_url.removesuffix("/health"),
+            CREDENTIAL_REGISTRY_URL=self.registry.base_url,
             CREDENTIAL_CACHE_KEY=base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
-            TICKETS_URL=self.tickets.health_url.removesuffix("/health"),
+            TICKETS_URL=self.tickets.base_url,
         )
         self.bots: list[ServiceProcess] = []
 
@@ -125,24 +125,8 @@ class Stack:
             ],
         }
         (tmp / "tickets.yaml").write_text(yaml.safe_dump(seed))
-        cport, tport = free_port(), free_port()
-        registry = ServiceProcess(
-            "vagent-credentials",
-            {"CREDENTIALS_PORT": str(cport), "CREDENTIALS_POLICY_FILE": str(tmp / "credentials.yaml")},
-            tmp / "credentials.log",
-            f"http://127.0.0.1:{cport}/health",
-        )
-        tickets = ServiceProcess(
-            "vagent-tickets",
-            {
-                "TICKETS_PORT": str(tport),
-                "TICKETS_SEED_FILE": str(tmp / "tickets.yaml"),
-                "TICKETS_DB_PATH": str(tmp / "tickets.db"),
-            },
-            tmp / "tickets.log",
-            f"http://127.0.0.1:{tport}/health",
-        )
-        return registry, tickets
+        registry = credential_registry(tmp, tmp / "credentials.yaml")
+        return registry, ticket_service(tmp, tmp / "tickets.yaml", db_name="tickets.db")
 
     def write_policy(self) -> None:
         u = self.users

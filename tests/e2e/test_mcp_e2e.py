@@ -19,7 +19,7 @@ from tests.e2e.test_bot_e2e import group
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient
-from tests.support.procs import ROOT, ServiceProcess
+from tests.support.procs import ROOT, ServiceProcess, credential_registry
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +45,7 @@ class Calendar:
             "domains": {"localhost": {"resources": {"mcp:calendar": {"type": "api_key", "users": self.keys}}}}
         }
         (tmp / "credentials.yaml").write_text(yaml.safe_dump(policy))
-        cal_port, reg_port = free_port(), free_port()
+        cal_port = free_port()
         self.url = f"http://127.0.0.1:{cal_port}"
         self.server = ServiceProcess(
             "vagent-calendar",
@@ -57,19 +57,14 @@ class Calendar:
             tmp / "calendar.log",
             f"{self.url}/health",
         )
-        self.registry = ServiceProcess(
-            "vagent-credentials",
-            {"CREDENTIALS_PORT": str(reg_port), "CREDENTIALS_POLICY_FILE": str(tmp / "credentials.yaml")},
-            tmp / "registry.log",
-            f"http://127.0.0.1:{reg_port}/health",
-        )
+        self.registry = credential_registry(tmp, tmp / "credentials.yaml", log_name="registry.log")
         self.graph = GraphProcess(
             stack.redis_url,
             tmp / "graph",
             stack.llm.base_url,
             AGENT_DESCRIPTOR=str(ROOT / "deploy/dev/agent.yaml"),
             CALENDAR_MCP_URL=f"{self.url}/mcp",
-            CREDENTIAL_REGISTRY_URL=f"http://127.0.0.1:{reg_port}",
+            CREDENTIAL_REGISTRY_URL=self.registry.base_url,
         )
 
     def start(self) -> Calendar:

@@ -18,12 +18,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from procutil import free_port
 
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
-from tests.support.procs import ROOT, ServiceProcess
+from tests.support.procs import ROOT, credential_registry, ticket_service
 from tests.support.redis_dump import dump_redis
 from tests.support.sse import kinds, post_sse
 from vagent_shared import SessionId
@@ -48,33 +47,15 @@ class Stack:
     def __init__(self, tmp: Path, redis_url: str, llm_url: str, **graph_env: str) -> None:
         seed = tmp / "tickets.yaml"
         shutil.copy(ROOT / "deploy/dev/tickets.yaml", seed)
-        cport, tport = free_port(), free_port()
-        self.registry = ServiceProcess(
-            "vagent-credentials",
-            {
-                "CREDENTIALS_PORT": str(cport),
-                "CREDENTIALS_POLICY_FILE": str(ROOT / "deploy/dev/credentials.yaml"),
-            },
-            tmp / "credentials.log",
-            f"http://127.0.0.1:{cport}/health",
-        )
-        self.tickets = ServiceProcess(
-            "vagent-tickets",
-            {
-                "TICKETS_PORT": str(tport),
-                "TICKETS_SEED_FILE": str(seed),
-                "TICKETS_DB_PATH": str(tmp / "t.db"),
-            },
-            tmp / "tickets.log",
-            f"http://127.0.0.1:{tport}/health",
-        )
-        self.tickets_url = f"http://127.0.0.1:{tport}"
+        self.registry = credential_registry(tmp)
+        self.tickets = ticket_service(tmp, seed)
+        self.tickets_url = self.tickets.base_url
         self.stream = f"audit:test:{uuid.uuid4().hex[:8]}"
         self.graph = GraphProcess(
             redis_url,
             tmp,
             llm_url,
-            CREDENTIAL_REGISTRY_URL=f"http://127.0.0.1:{cport}",
+            CREDENTIAL_REGISTRY_URL=self.registry.base_url,
             CREDENTIAL_CACHE_KEY="yGJ0y8Hnq2rXx0wz8wq7C0v8m7a1d0yqzJm6c1N3p2k=",
             CREDENTIAL_MISSING_HELP=HELP,
             TICKETS_URL=self.tickets_url,

@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from procutil import free_port
 from redis import Redis
 
 from tests.integration.test_calendar_server import CalendarProcess, start_calendar
@@ -24,7 +23,7 @@ from tests.integration.test_credentials_flow import secret_leaks, tool_result
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import JSON, PlannedResponse, ScriptedLLMServer, TextResponse, ToolCallResponse
-from tests.support.procs import ROOT, ServiceProcess
+from tests.support.procs import ROOT, credential_registry
 from tests.support.redis_dump import dump_redis
 from tests.support.sse import kinds, post_sse
 from vagent_shared import SessionId
@@ -49,16 +48,7 @@ class Stack:
     real process."""
 
     def __init__(self, tmp: Path, redis_url: str, llm_url: str) -> None:
-        cport = free_port()
-        self.registry = ServiceProcess(
-            "vagent-credentials",
-            {
-                "CREDENTIALS_PORT": str(cport),
-                "CREDENTIALS_POLICY_FILE": str(ROOT / "deploy/dev/credentials.yaml"),
-            },
-            tmp / "credentials.log",
-            f"http://127.0.0.1:{cport}/health",
-        )
+        self.registry = credential_registry(tmp)
         self.calendar: CalendarProcess = start_calendar(tmp)
         self.stream = f"audit:test:{uuid.uuid4().hex[:8]}"
         self.graph = GraphProcess(
@@ -67,7 +57,7 @@ class Stack:
             llm_url,
             AGENT_DESCRIPTOR=str(ROOT / "deploy/dev/agent.yaml"),
             CALENDAR_MCP_URL=self.calendar.mcp_url,
-            CREDENTIAL_REGISTRY_URL=f"http://127.0.0.1:{cport}",
+            CREDENTIAL_REGISTRY_URL=self.registry.base_url,
             CREDENTIAL_CACHE_KEY="yGJ0y8Hnq2rXx0wz8wq7C0v8m7a1d0yqzJm6c1N3p2k=",
             AUDIT_STREAM=self.stream,
             MCP_REFRESH_SECONDS="2",

@@ -20,13 +20,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from procutil import free_port
 
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.otlp_receiver import OtlpReceiver, SpanRecord
-from tests.support.procs import ROOT, ServiceProcess
+from tests.support.procs import ROOT, credential_registry, ticket_service
 from tests.support.sse import post_sse
 from vagent_shared import SessionId
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
@@ -50,32 +49,14 @@ class Services:
 
     def __init__(self, tmp: Path, redis_url: str, llm_url: str) -> None:
         self.receiver = OtlpReceiver()
-        cport, tport = free_port(), free_port()
         (tmp / "tickets.yaml").write_text((ROOT / "deploy/dev/tickets.yaml").read_text())
-        self.registry = ServiceProcess(
-            "vagent-credentials",
-            {
-                "CREDENTIALS_PORT": str(cport),
-                "CREDENTIALS_POLICY_FILE": str(ROOT / "deploy/dev/credentials.yaml"),
-            },
-            tmp / "credentials.log",
-            f"http://127.0.0.1:{cport}/health",
-        )
-        self.tickets = ServiceProcess(
-            "vagent-tickets",
-            {
-                "TICKETS_PORT": str(tport),
-                "TICKETS_SEED_FILE": str(tmp / "tickets.yaml"),
-                "TICKETS_DB_PATH": str(tmp / "t.db"),
-            },
-            tmp / "tickets.log",
-            f"http://127.0.0.1:{tport}/health",
-        )
+        self.registry = credential_registry(tmp)
+        self.tickets = ticket_service(tmp, tmp / "tickets.yaml")
         otel = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.receiver.endpoint,
             "OTEL_BSP_SCHEDULE_DELAY": "100",
-            "CREDENTIAL_REGISTRY_URL": f"http://127.0.0.1:{cport}",
-            "TICKETS_URL": f"http://127.0.0.1:{tport}",
+            "CREDENTIAL_REGISTRY_URL": self.registry.base_url,
+            "TICKETS_URL": self.tickets.base_url,
         }
         self.graph = GraphProcess(redis_url, tmp / "plain", llm_url, **otel)
         self.capturing = GraphProcess(

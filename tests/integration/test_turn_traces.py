@@ -18,14 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from procutil import free_port
 from redis import Redis
 
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallResponse
 from tests.support.mcp_server import McpTestServer, tool
-from tests.support.procs import BIN, ROOT, ServiceProcess
+from tests.support.procs import BIN, credential_registry
 from tests.support.sse import post_sse
 from vagent_shared import redis_keys
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal, TurnStarted
@@ -43,16 +42,7 @@ REPORT = "# Q3 report\n\nQ3 revenue was 18.4 million EUR, code FIN-Q3-2026, marg
 class Stack:
     def __init__(self, tmp: Path, redis_url: str, llm_url: str) -> None:
         self.tmp, self.redis_url = tmp, redis_url
-        cport = free_port()
-        self.registry = ServiceProcess(
-            "vagent-credentials",
-            {
-                "CREDENTIALS_PORT": str(cport),
-                "CREDENTIALS_POLICY_FILE": str(ROOT / "deploy/dev/credentials.yaml"),
-            },
-            tmp / "credentials.log",
-            f"http://127.0.0.1:{cport}/health",
-        )
+        self.registry = credential_registry(tmp)
         tools = [
             tool("lookup", params={"name": "string"}, annotations={"readOnlyHint": True}),
             tool("note", params={"title": "string", "api_key": "string?"}),
@@ -86,7 +76,7 @@ class Stack:
             GRAPH_ADMIN_TOKEN=ADMIN,
             DOCS_INDEX=index,
             ENTITY_GRAPH=f"{index}_kg",
-            CREDENTIAL_REGISTRY_URL=f"http://127.0.0.1:{cport}",
+            CREDENTIAL_REGISTRY_URL=self.registry.base_url,
             CREDENTIAL_CACHE_KEY="yGJ0y8Hnq2rXx0wz8wq7C0v8m7a1d0yqzJm6c1N3p2k=",
             TRACE_TTL_SECONDS="3600",
         )

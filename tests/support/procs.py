@@ -17,6 +17,8 @@ from typing import Any, Self
 import httpx
 from procutil import read_log, stop_process, wait_until
 
+from redis_local import free_port
+
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +96,11 @@ class ServiceProcess:
         return [json.loads(ln) for ln in self.logs().splitlines() if ln.startswith("{")]
 
     @property
+    def base_url(self) -> str:
+        """Where the service answers: its health URL without `/health`."""
+        return self.health_url.removesuffix("/health")
+
+    @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -104,6 +111,34 @@ class ServiceProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+#: The dev Credential Registry's policy (`make run`'s demo users and their keys).
+DEV_CREDENTIALS_POLICY = ROOT / "deploy" / "dev" / "credentials.yaml"
+
+
+def credential_registry(
+    tmp: Path, policy: Path = DEV_CREDENTIALS_POLICY, log_name: str = "credentials.log", **env: str
+) -> ServiceProcess:
+    """The dev Credential Registry (`vagent-credentials`) on a free port, serving `policy`."""
+    port = free_port()
+    return ServiceProcess(
+        "vagent-credentials",
+        {"CREDENTIALS_PORT": str(port), "CREDENTIALS_POLICY_FILE": str(policy), **env},
+        tmp / log_name,
+        f"http://127.0.0.1:{port}/health",
+    )
+
+
+def ticket_service(tmp: Path, seed: Path, db_name: str = "t.db") -> ServiceProcess:
+    """The demo ticket service (`vagent-tickets`) on a free port, seeded from `seed`."""
+    port = free_port()
+    return ServiceProcess(
+        "vagent-tickets",
+        {"TICKETS_PORT": str(port), "TICKETS_SEED_FILE": str(seed), "TICKETS_DB_PATH": str(tmp / db_name)},
+        tmp / "tickets.log",
+        f"http://127.0.0.1:{port}/health",
+    )
 
 
 def run_bench_quick(script: str, json_path: Path, timeout: float, *args: str) -> tuple[str, dict[str, Any]]:
