@@ -9,47 +9,28 @@ room, event and user ids; the message body only with OTEL_CAPTURE_CONTENT=true, 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind
 
-from vagent_shared.telemetry import capture_content, span_text
+from vagent_shared.telemetry import capture_content, guarded_span, span_text
 
 tracer = trace.get_tracer("vagent.bot")
 T = TypeVar("T")
 
 
-@contextmanager
 def _span(
     name: str,
     attributes: dict[str, Any],
     kind: SpanKind = SpanKind.INTERNAL,
     parent: otel_context.Context | None = None,
-) -> Iterator[Span]:
-    """A current span that records a failure by its exception's type only (a message may
-    quote what it should not); a cancellation (`!stop`, shutdown) is not a failure."""
-    with tracer.start_as_current_span(
-        name,
-        context=parent,
-        kind=kind,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except asyncio.CancelledError:
-            span.set_attribute("vagent.cancelled", True)
-            raise
-        except Exception as exc:
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR))
-            raise
+) -> AbstractContextManager[Span]:
+    """The bot's own span (vagent_shared.telemetry.guarded_span: failures by type only)."""
+    return guarded_span(tracer, name, attributes, kind=kind, parent=parent)
 
 
 @contextmanager

@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from typing import Final
 
 import structlog
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from vagent_shared import redis_keys
-from vagent_shared.traces import TurnTrace
+from vagent_shared.traces import TurnTrace, stored_trace
 
 log = structlog.get_logger(__name__)
 
@@ -58,14 +57,7 @@ class TraceStore:
 
     async def load(self, turn_id: str) -> TurnTrace | None:
         """The stored trace; None when it expired, was forgotten or cannot be read."""
-        raw = await self.redis.get(redis_keys.trace_turn(turn_id))
-        if not raw:
-            return None
-        try:
-            return TurnTrace.model_validate_json(raw)
-        except ValidationError:
-            log.warning("trace_unreadable", turn_id=turn_id)
-            return None
+        return stored_trace(await self.redis.get(redis_keys.trace_turn(turn_id)))
 
 
 class TurnIndex:

@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind
 
-from vagent_shared.telemetry import capture_content, span_json, span_text
+from vagent_graph.turns import turn_of
+from vagent_shared.telemetry import capture_content, failed, guarded_span, span_json, span_text
 
 tracer = trace.get_tracer("vagent.graph")
 
@@ -31,27 +32,12 @@ AGENT_NAME = "vagent"
 OFFLINE_PROVIDER = "vagent.offline"
 
 
-def _failed(span: Span, error_type: str) -> None:
-    span.set_attribute("error.type", error_type)
-    span.set_status(Status(StatusCode.ERROR))
-
-
-@contextmanager
-def _span(name: str, attributes: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL) -> Iterator[Span]:
-    """A current span that records a failure by its exception's type only (a message may
-    quote a secret); a cancellation is not a failure."""
-    with tracer.start_as_current_span(
-        name, kind=kind, attributes=attributes, record_exception=False, set_status_on_exception=False
-    ) as span:
-        try:
-            yield span
-        except asyncio.CancelledError:
-            span.set_attribute("vagent.cancelled", True)
-            raise
-        except Exception as exc:
-            if not _interrupt(exc):  # a question to the human is not a failure
-                _failed(span, error_type(exc))
-            raise
+def _span(
+    name: str, attributes: dict[str, Any], kind: SpanKind = SpanKind.INTERNAL
+) -> AbstractContextManager[Span]:
+    """The graph's own span (vagent_shared.telemetry.guarded_span): a failure by its short
+    kind (`error_type`), and a question to the human (`_interrupt`) is not one."""
+    return guarded_span(tracer, name, attributes, kind=kind, error_type=error_type, not_a_failure=_interrupt)
 
 
 def _interrupt(exc: BaseException) -> bool:
@@ -76,16 +62,15 @@ async def traced_run(
     """The graph run of one request (`event_stream.Run`), as `invoke_agent vagent`;
     `outcome()` tells how it ended once `work` is done."""
     configurable = config.get("configurable", {})
-    turn = configurable.get("turn")
+    turn = turn_of(config)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": AGENT_NAME,
         "gen_ai.conversation.id": str(configurable.get("thread_id", "")),
         "vagent.run.kind": "resume" if resume else "message",
     }
-    turn_id = getattr(getattr(turn, "trace", None), "turn_id", None)
-    if turn_id:
-        attributes["vagent.turn_id"] = str(turn_id)
+    if turn is not None:
+        attributes["vagent.turn_id"] = turn.trace.turn_id
     with _span(f"invoke_agent {AGENT_NAME}", attributes) as span:
         try:
             await work
@@ -95,7 +80,7 @@ async def traced_run(
         result = outcome()
         span.set_attribute("vagent.run.outcome", result)
         if result == "failed":
-            _failed(span, "run_failed")
+            failed(span, "run_failed")
 
 
 # ---- a model call --------------------------------------------------------------------------

@@ -20,11 +20,10 @@ from datetime import datetime
 from typing import cast
 
 import structlog
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from vagent_shared import redis_keys
-from vagent_shared.traces import TurnOutcome, TurnTrace
+from vagent_shared.traces import TurnOutcome, TurnTrace, stored_trace
 
 log = structlog.get_logger(__name__)
 
@@ -60,17 +59,6 @@ def index_keys(trace: TurnTrace) -> tuple[str, str, str]:
     return session, user, redis_keys.TRACES_ALL
 
 
-def parse(raw: bytes | str | None) -> TurnTrace | None:
-    """A stored trace (None: missing, or not a TurnTrace: skipped, never an error)."""
-    if raw is None:
-        return None
-    try:
-        return TurnTrace.model_validate_json(raw)
-    except ValidationError:
-        log.warning("trace_unreadable")
-        return None
-
-
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
@@ -99,7 +87,7 @@ class TraceStore:
         return True
 
     async def load(self, turn_id: str) -> TurnTrace | None:
-        return parse(await self.redis.get(redis_keys.trace_turn(turn_id)))
+        return stored_trace(await self.redis.get(redis_keys.trace_turn(turn_id)))
 
     async def resolve(self, ref: str) -> TurnTrace | None:
         """The trace of a turn id, or of the bot's Matrix event id (its answer or question)."""
@@ -132,7 +120,7 @@ class TraceStore:
 
     async def _many(self, ids: Sequence[bytes | str]) -> list[TurnTrace]:
         raws = await self.redis.mget([redis_keys.trace_turn(_text(i)) for i in ids])
-        return [t for t in (parse(r) for r in raws) if t is not None]
+        return [t for t in (stored_trace(r) for r in raws) if t is not None]
 
 
 def turn_ids(members: Iterable[bytes | str]) -> list[str]:

@@ -21,14 +21,18 @@ Why this shape:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from vagent_shared.secrets import mask_secrets
 
@@ -90,6 +94,46 @@ def span_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 def span_json(value: Any, limit: int = MAX_TEXT_CHARS) -> str:
     """`value` as JSON for a span attribute, masked and bounded as `span_text`."""
     return span_text(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
+def failed(span: Span, error_type: str) -> None:
+    """Mark `span` failed, by a short kind only (`error.type`), never a message."""
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR))
+
+
+@contextmanager
+def guarded_span(
+    tracer: trace.Tracer,
+    name: str,
+    attributes: dict[str, Any],
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    parent: otel_context.Context | None = None,
+    error_type: Callable[[Exception], str] = lambda exc: type(exc).__qualname__,
+    not_a_failure: Callable[[Exception], bool] = lambda exc: False,
+) -> Iterator[Span]:
+    """The one way both services open a span of their own: current while the block runs, a
+    failure recorded by `error_type(exc)` only (an exception's message may quote a secret, so
+    the SDK's own recording is off), a cancellation (`!stop`, a client gone, shutdown) and
+    whatever `not_a_failure` says (the graph's pause for a question) not failures."""
+    with tracer.start_as_current_span(
+        name,
+        context=parent,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except asyncio.CancelledError:
+            span.set_attribute("vagent.cancelled", True)
+            raise
+        except Exception as exc:
+            if not not_a_failure(exc):
+                failed(span, error_type(exc))
+            raise
 
 
 @dataclass

@@ -13,7 +13,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+log = structlog.get_logger(__name__)
 
 TurnOutcome = Literal["answered", "asked", "denied", "failed", "cancelled", "over_budget"]
 ToolOutcome = Literal["ok", "error", "denied", "asked", "declined", "cancelled", "refused"]
@@ -113,3 +116,15 @@ class TurnTrace(BaseModel):
     @property
     def output_tokens(self) -> int:
         return sum(c.output_tokens or 0 for c in self.llm_calls)
+
+
+def stored_trace(raw: bytes | str | None) -> TurnTrace | None:
+    """A trace as Redis holds it (`redis_keys.trace_turn`); None when missing or not a
+    TurnTrace (expired, forgotten, written by another version): skipped, never an error."""
+    if not raw:
+        return None
+    try:
+        return TurnTrace.model_validate_json(raw)
+    except ValidationError:
+        log.warning("trace_unreadable")
+        return None
