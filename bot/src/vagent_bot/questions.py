@@ -202,43 +202,28 @@ class Questions:
     ) -> None:
         structlog.contextvars.bind_contextvars(session_id=pending.session_id)
         with answer_span(pending.session_id):
-            await self._submitted(
-                room_id, user_id, pending, answer, reply_to, sent_at, early_access, early_audience
+            access, audience = await self._access_and_audience(room_id, user_id, early_access, early_audience)
+            if access is None:
+                return
+            if await self.hitl.consume(pending.session_id) is None:
+                return  # expired or already answered (another process, a double click)
+            metrics.HITL.labels("answered").inc()
+            if pending.options:  # one of the question's options
+                log.info("hitl_answered", session_id=pending.session_id, answer=loggable(answer))
+            else:  # free text: what people wrote is not logged, only how long it was
+                log.info("hitl_answered", session_id=pending.session_id, answer_chars=len(answer))
+            self._audit_answer(user_id, pending, answer, access)
+            req = FeedbackRequest(
+                session_id=pending.session_id,
+                response=answer,
+                interrupt_id=pending.interrupt_id,
+                ac_context=access.ac,
+                audience=audience,
             )
-
-    async def _submitted(
-        self,
-        room_id: str,
-        user_id: str,
-        pending: PendingQuestion,
-        answer: str,
-        reply_to: str | None,
-        sent_at: float,
-        early_access: asyncio.Future[AccessResult | None] | None,
-        early_audience: asyncio.Future[Audience | None] | None,
-    ) -> None:
-        access, audience = await self._access_and_audience(room_id, user_id, early_access, early_audience)
-        if access is None:
-            return
-        if await self.hitl.consume(pending.session_id) is None:
-            return  # expired or already answered (another process, a double click)
-        metrics.HITL.labels("answered").inc()
-        if pending.options:  # one of the question's options
-            log.info("hitl_answered", session_id=pending.session_id, answer=loggable(answer))
-        else:  # free text: what people wrote is not logged, only how long it was
-            log.info("hitl_answered", session_id=pending.session_id, answer_chars=len(answer))
-        self._audit_answer(user_id, pending, answer, access)
-        req = FeedbackRequest(
-            session_id=pending.session_id,
-            response=answer,
-            interrupt_id=pending.interrupt_id,
-            ac_context=access.ac,
-            audience=audience,
-        )
-        target = self.turns.new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
-        await self.turns.converse(
-            SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
-        )
+            target = self.turns.new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
+            await self.turns.converse(
+                SessionId.parse(pending.session_id), target, lambda: self.graph.submit_feedback(req), sent_at
+            )
 
     def _audit_answer(
         self, user_id: str, pending: PendingQuestion, answer: str, access: AccessResult

@@ -282,7 +282,6 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
         prelude=close_stale if lock.question_may_be_pending else None,
         pacing=resources.pacing,
         intake=_files_reader(body, resources, turn) if body.attachments else None,
-        turn=turn,
     )
     return sse(resources, "process_message", sid, lock, run)
 
@@ -343,7 +342,7 @@ async def submit_feedback(body: FeedbackRequest, request: Request, resources: Re
     cfg = run_config(body.session_id, body.audience, turn)
 
     timeout = resources.settings.RUN_TIMEOUT_SECONDS
-    run = Run(resources.graph, command, cfg, timeout, pacing=resources.pacing, turn=turn)
+    run = Run(resources.graph, command, cfg, timeout, pacing=resources.pacing)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         batches = run.batches()

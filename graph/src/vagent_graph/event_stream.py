@@ -24,7 +24,7 @@ from vagent_graph import metrics
 from vagent_graph.outbox import Outbox, Pacing
 from vagent_graph.reasoning import REASONING_MARK, THINKING_STATUS, ThinkFilter
 from vagent_graph.telemetry_spans import traced_run
-from vagent_graph.turns import TurnRecorder
+from vagent_graph.turns import TurnRecorder, turn_of
 from vagent_shared.events import (
     ErrorEvent,
     HitlRequest,
@@ -222,14 +222,14 @@ class Run:
         prelude: Prelude | None = None,
         pacing: Pacing = Pacing(),
         intake: Intake | None = None,
-        turn: TurnRecorder | None = None,
     ) -> None:
+        #: The turn this run records, from its config (`run_config(..., turn)`): its `turn`
+        #: event goes first, before anything else.
+        self.turn = turn = turn_of(config)
         self._outbox = Outbox(pacing.flush_interval, pacing.keepalive)
         self._mapper = EventMapper(turn=turn)
         self._closed = False
         self._intake = intake
-        #: The turn this run records (its `turn` event goes first, before anything else).
-        self.turn = turn
         if turn is not None:
             self._outbox.put(TurnStarted(turn_id=turn.trace.turn_id))
         metrics.ACTIVE_RUNS.inc()

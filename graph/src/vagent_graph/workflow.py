@@ -109,11 +109,14 @@ class Workflow:
         # What the readers of THIS answer may read: results of earlier turns (or of this one,
         # before a pause) retrieved for other readers are withheld (scope.py).
         messages = visible_history(state.get("messages", []), Readership(ac, audience_of(config)).may_read)
-        hold = await self._reserve(ac, messages, calls, config)
+        # The system prompt and the history's window: what the call is held for and then sent.
+        window = window_for_llm(messages, agent.history.max_context_tokens)
+        prompt: list[AnyMessage] = [SystemMessage(content=agent.system_prompt), *window]
+        hold = await self._reserve(ac, prompt, calls, config)
         if isinstance(hold, dict):  # a budget is spent: no LLM call, the turn ends here
             return hold
         tools = self._offered(ac, session_of(config))
-        ai = await self._counted_call(tools, messages, config, hold)
+        ai = await self._counted_call(tools, prompt, config, hold)
         if ai.tool_calls:
             return {"messages": [ai], "llm_calls": calls + 1}
         sources = turn_sources(messages)
@@ -135,7 +138,7 @@ class Workflow:
 
     # ---- budgets (usage.py, docs/budgets.md) ---------------------------------------------
     async def _reserve(
-        self, ac: AcContext, messages: list[AnyMessage], calls: int, config: RunnableConfig
+        self, ac: AcContext, prompt: list[AnyMessage], calls: int, config: RunnableConfig
     ) -> Hold | dict[str, Any] | None:
         """Before an LLM call: its hold on the user's and the tenant's budgets, or the turn's
         end when one is spent (or llm_calls_per_turn is reached). A step already chosen (a
@@ -150,9 +153,6 @@ class Workflow:
                 "question). Please ask again, more specifically."
             )
             return self._over_budget(ac, config, "llm_calls_per_turn", stop, {"limit": per_turn})
-        agent = self.deps.agent
-        window = window_for_llm(messages, agent.history.max_context_tokens)
-        prompt = [SystemMessage(content=agent.system_prompt), *window]
         found = await usage.reserve(ac.user_id, ac.active_acl_domain, estimate(prompt))
         if isinstance(found, Refusal):
             text = refusal_message(found.scope, found.limit, mid_turn=calls > 0)
@@ -186,14 +186,14 @@ class Workflow:
         return {"messages": [AIMessage(content=text)]}
 
     async def _counted_call(
-        self, tools: list[Tool], messages: list[AnyMessage], config: RunnableConfig, hold: Hold | None
+        self, tools: list[Tool], prompt: list[AnyMessage], config: RunnableConfig, hold: Hold | None
     ) -> AIMessage:
         """The model call, its reported tokens counted and its hold freed."""
         usage = self.deps.usage
         if usage is None or hold is None:
-            return await self._call_model(tools, messages, config)
+            return await self._call_model(tools, prompt, config)
         try:
-            ai = await self._call_model(tools, messages, config)
+            ai = await self._call_model(tools, prompt, config)
         except BaseException:  # failed or cancelled: nothing reported, nothing counted
             await usage.release(hold)
             raise
@@ -216,16 +216,15 @@ class Workflow:
         return tools
 
     async def _call_model(
-        self, tools: list[Tool], messages: list[AnyMessage], config: RunnableConfig
+        self, tools: list[Tool], prompt: list[AnyMessage], config: RunnableConfig
     ) -> AIMessage:
-        """The model's reply to the history's window, offered `tools`; counted (calls, tokens)."""
+        """The model's reply to `prompt` (the system prompt and the history's window), offered
+        `tools`; counted (calls, tokens)."""
         deps = self.deps
         model: Any = deps.llm.bind_tools([t.openai_schema() for t in tools]) if tools else deps.llm
-        history = window_for_llm(messages, deps.agent.history.max_context_tokens)
         if not deps.vision:  # images of turns before LLM_VISION was switched off
-            history = without_images(history)
+            prompt = without_images(prompt)
         started = time.perf_counter()
-        prompt = [SystemMessage(content=deps.agent.system_prompt), *history]
         try:
             with llm_span(deps.model_label, deps.llm, prompt, len(tools)) as span:
                 ai: AIMessage = await model.ainvoke(prompt, config)
