@@ -130,9 +130,9 @@ QUICK: dict[str, Any] = {
     "rounds": 2,
     "pdf_mib": 1.0,
     "image_mib": 0.5,
-    "ttft_ms": 100.0,
+    "ttft_ms": 50.0,
     "chunk_ms": 10.0,
-    "chunks": 20,
+    "chunks": 10,
 }
 VERSIONS_OF = ("pypdf", "pillow", "fastapi", "uvicorn", "pydantic", "aiohttp")
 

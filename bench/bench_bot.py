@@ -72,6 +72,7 @@ from bench.common import (  # noqa: E402
     print_machine,
     resolve_counts,
     run_main,
+    start_together,
     summary,
     verdict,
 )
@@ -83,7 +84,7 @@ from tests.support.procs import ServiceProcess  # noqa: E402
 DOMAIN = "localhost"
 RATIO_TARGET = 1.5
 DEFAULTS: dict[str, int] = {"messages": 100, "warmup": 5}
-QUICK: dict[str, int] = {"messages": 10, "warmup": 2}
+QUICK: dict[str, int] = {"messages": 5, "warmup": 1}
 #: The human's sync long-poll. Synapse answers a waiting sync as soon as an event arrives,
 #: so this bounds only how long an idle sync hangs, not how late an event is seen.
 HUMAN_SYNC_TIMEOUT_MS = 1000
@@ -422,12 +423,8 @@ def start_services(
         f"http://127.0.0.1:{acp_port}/health",
     )
     stack.callback(acp.stop)
-    print("   starting the provider, the graph and vagent-bot...", flush=True)
-    acp.start()
-
     graph = GraphProcess(redis_url, work / "graph", llm_url, LOG_LEVEL=cfg.log_level)
     stack.callback(graph.stop)
-    graph.start()
 
     health_port = free_port()
     bot = ServiceProcess(
@@ -451,12 +448,11 @@ def start_services(
         f"http://127.0.0.1:{health_port}/health",
     )
     stack.callback(bot.stop)
-    bot.start()
-
-    print("   starting the echo bot...", flush=True)
     echo = EchoProcess(synapse.url, accounts.echo, accounts.passwords[accounts.echo], work)
     stack.callback(echo.stop)
-    echo.start()
+    # at once: the start-ups overlap; vagent-bot is healthy only once the graph answers it
+    print("   starting the provider, the graph, vagent-bot and the echo bot...", flush=True)
+    start_together([acp, graph, bot, echo])
     return Services(synapse, accounts, bot, graph, echo)
 
 

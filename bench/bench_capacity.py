@@ -87,7 +87,9 @@ from bench.common import (  # noqa: E402
     print_log_tail,
     print_machine,
     run_main,
+    start_together,
     stop_child,
+    stop_together,
     summary,
 )
 from bench.paced_llm import TOOL_ARG_PIECES  # noqa: E402
@@ -129,9 +131,9 @@ QUICK: dict[str, Any] = {
     "steps": "5,10",
     "park": 20,
     "turns": 2,
-    "ttft_ms": 100.0,
+    "ttft_ms": 50.0,
     "chunk_ms": 10.0,
-    "chunks": 20,
+    "chunks": 10,
 }
 #: --mcp: what changes from the defaults (an explicit option still wins): every measured turn
 #: a tool turn, steps around the target's 50, no parking.
@@ -139,6 +141,14 @@ MCP_DEFAULTS: dict[str, Any] = {"steps": "10,25,50,100", "tool_share": 1.0, "par
 MCP_QUICK: dict[str, Any] = {"tool_share": 1.0, "park": 0}
 #: --tracing: the most CPU per conversation tracing may add (issue 23).
 TRACING_TARGET = 0.05
+#: --tracing: the batch processor's export schedule (the SDK's default, 5 s); --quick exports
+#: every 0.5 s (OTEL_BSP_SCHEDULE_DELAY), so the wait for the last spans is short.
+EXPORT_SCHEDULE_S = 5.0
+QUICK_EXPORT_SCHEDULE_S = 0.5
+#: Parking: the pause before each RSS reading, for the graph to finish what the last
+#: requests left (--quick: shorter; its figures are only checked to exist).
+SETTLE_S = 1.0
+QUICK_SETTLE_S = 0.2
 VERSIONS_OF = (
     "langgraph",
     "langgraph-checkpoint-redis",
@@ -698,7 +708,6 @@ def start_mcp(stack: contextlib.ExitStack, tmp: Path, cfg: Config) -> tuple[McpB
     policy_path.write_text(yaml.safe_dump(policy), encoding="utf-8")
     registry = credential_registry(tmp, policy_path, CREDENTIALS_HOST="127.0.0.1", LOG_LEVEL=cfg.log_level)
     stack.callback(registry.stop)
-    registry.start()
     echo = tool(
         "echo",
         params={"text": "string"},
@@ -707,7 +716,7 @@ def start_mcp(stack: contextlib.ExitStack, tmp: Path, cfg: Config) -> tuple[McpB
     )
     server = McpTestServer({"name": "bench-mcp", "tools": [echo]}, tmp / "mcp")
     stack.callback(server.stop)
-    server.start()
+    start_together([registry, server])  # independent of each other; the graph starts after both
     from cryptography.fernet import Fernet
 
     descriptor = yaml.safe_load((ROOT / "graph/src/vagent_graph/agents/vagent.yaml").read_text())
@@ -951,6 +960,8 @@ class Config:
     tracing: bool = False
     #: --mcp: set when a call on the MCP server carried another key than its user's
     credential_mismatch: bool = False
+    export_schedule_s: float = EXPORT_SCHEDULE_S
+    settle_s: float = SETTLE_S
 
     @property
     def text_model_s(self) -> float:
@@ -1261,10 +1272,10 @@ def print_comparison(variants: list[Variant], caps: dict[str, Any]) -> dict[str,
     }
 
 
-def print_tracing(variants: list[Variant], receiver: OtlpReceiver) -> dict[str, Any]:
+def print_tracing(cfg: Config, variants: list[Variant], receiver: OtlpReceiver) -> dict[str, Any]:
     """Per step traced vs off, and the verdict on the target (at most 5% more CPU)."""
     off, on = variants[0], next(v for v in variants if v.name == "traced")
-    time.sleep(6)  # the traced graph's batch processor exports every 5 s: the last spans
+    time.sleep(cfg.export_schedule_s + 1)  # one export schedule of the traced graph: the last spans
     print("\n3) tracing: OpenTelemetry exported over OTLP (traced) vs off (current), alternating")
     print(
         f"   {'conv':>6} | {'off p99':>8} {'cpu s/cv':>9} | {'traced p99':>10} {'cpu s/cv':>9} | "
@@ -1343,12 +1354,12 @@ def park(cfg: Config, service: GraphProcess, redis_url: str, client: ClientProce
     empty = asyncio.run(redis_figures(redis_url, []))
     client.conn.send(ParkJob(service.url, cfg.park, warm, RESUME_SAMPLE))
     _, warm_parked, warm_errors = client.recv(600)
-    time.sleep(1)
+    time.sleep(cfg.settle_s)
     rss_before = rss_mb(pid)
     before = asyncio.run(redis_figures(redis_url, []))
     client.conn.send("go")
     _, parked, _ = client.recv(3600)
-    time.sleep(1)
+    time.sleep(cfg.settle_s)
     rss_after = rss_mb(pid)
     after = asyncio.run(redis_figures(redis_url, []))
     client.conn.send("go")
@@ -1409,11 +1420,11 @@ def rss_control(cfg: Config, service: GraphProcess, client: ClientProcess) -> di
     pid = service.proc.pid if service.proc else 0
     client.conn.send(ParkJob(service.url, cfg.park, warm, 0, CONTROL_TEXT))
     _, warm_done, _ = client.recv(600)
-    time.sleep(1)
+    time.sleep(cfg.settle_s)
     before = rss_mb(pid)
     client.conn.send("go")
     _, done, _ = client.recv(3600)
-    time.sleep(1)
+    time.sleep(cfg.settle_s)
     after = rss_mb(pid)
     client.conn.send("go")
     _, result = client.recv(600)
@@ -1513,6 +1524,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         json_path=a.json or default_results_path("capacity"),
         mcp=a.mcp,
         tracing=a.tracing,
+        export_schedule_s=QUICK_EXPORT_SCHEDULE_S if a.quick else EXPORT_SCHEDULE_S,
+        settle_s=QUICK_SETTLE_S if a.quick else SETTLE_S,
     )
 
 
@@ -1575,12 +1588,27 @@ def run(cfg: Config) -> dict[str, Any]:
             receiver = OtlpReceiver(keep_spans=False).start()
             stack.callback(receiver.stop)
             otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+            if cfg.export_schedule_s != EXPORT_SCHEDULE_S:
+                otel["OTEL_BSP_SCHEDULE_DELAY"] = str(round(cfg.export_schedule_s * 1000))
             traced = GraphProcess(redis.url, tmp / "graph-traced", llm_url, **otel, **extra)
-            conf["tracing"] = {"exporter": "otlp http/protobuf", "receiver": receiver.endpoint}
+            conf["tracing"] = {
+                "exporter": "otlp http/protobuf",
+                "receiver": receiver.endpoint,
+                "export_schedule_s": cfg.export_schedule_s,
+            }
             variants.append(Variant("traced", traced, code))
-        for service in {id(v.service): v.service for v in variants}.values():
-            stack.callback(service.stop)
-            service.start()
+        park_redis = park_service = control_service = None
+        if cfg.park:
+            park_redis = start_redis(stack, tmp / "redis-park")  # dedicated: only parked sessions
+            park_service = GraphProcess(park_redis.url, tmp / "graph-park", llm_url, **extra)
+            control_service = GraphProcess(redis.url, tmp / "graph-control", llm_url, **extra)
+        services = [*{id(v.service): v.service for v in variants}.values()]
+        services += [s for s in (park_service, control_service) if s is not None]
+        stack.callback(stop_together, services)
+        # at once, but the first on each Redis alone: it creates the checkpointer's indexes
+        first = [current, *([park_service] if park_service is not None else [])]
+        start_together(first)
+        start_together([s for s in services if s not in first])
         if mcp is not None:
             conf["mcp_server"] = {
                 "name": MCP_SERVER,
@@ -1590,15 +1618,6 @@ def run(cfg: Config) -> dict[str, Any]:
                 "users_with_keys": len(mcp.keys),
                 "graph_health": check_mcp_listed(current),
             }
-        park_redis = park_service = control_service = None
-        if cfg.park:
-            park_redis = start_redis(stack, tmp / "redis-park")  # dedicated: only parked sessions
-            park_service = GraphProcess(park_redis.url, tmp / "graph-park", llm_url, **extra)
-            stack.callback(park_service.stop)
-            park_service.start()
-            control_service = GraphProcess(redis.url, tmp / "graph-control", llm_url, **extra)
-            stack.callback(control_service.stop)
-            control_service.start()
         graph_pids = [v.pid for v in variants] + [
             s.proc.pid for s in (park_service, control_service) if s is not None and s.proc is not None
         ]
@@ -1617,7 +1636,7 @@ def run(cfg: Config) -> dict[str, Any]:
             ramp(cfg, variants, client, llm_url, mcp)
             caps = capacity_summary(cfg, variants)
             comparison = print_comparison(variants, caps) if cfg.baseline_ref else None
-            tracing = print_tracing(variants, receiver) if receiver is not None else None
+            tracing = print_tracing(cfg, variants, receiver) if receiver is not None else None
             mcp_result = None
             if mcp is not None:
                 mcp.take_calls()

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import math
-import os
 import sys
 import tempfile
 import time
@@ -56,10 +55,12 @@ from bench.common import (  # noqa: E402
     llm_standin,
     machine_info,
     make_results,
+    place_processes,
     print_log_tail,
     print_machine,
     resolve_counts,
     run_main,
+    start_together,
     stop_child,
     summary,
     verdict,
@@ -579,50 +580,6 @@ async def run_interleaved(modes: dict[str, Block], n: int, concurrency: int) -> 
     return [Phase(m, concurrency, samples[m], walls[m], executed[m]) for m in modes]
 
 
-def _children() -> list[int]:
-    """PIDs of this process's children (Linux /proc)."""
-    me, out = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = (entry / "stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                    out.append(int(entry.name))
-    return out
-
-
-def _pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of `pid`; a process that is gone meanwhile is skipped."""
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(int(task.name), cpus)
-
-
-def place_processes(placement: str, services: Sequence[GraphProcess]) -> str:
-    """With "split", pin the measured code to the first usable CPU: this thread (which
-    runs BARE, and so every thread it starts from now on) and the services. The load and
-    the fixtures (the client, the LLM stand-in, Redis) go to the others. Both modes are
-    placed alike. Left to the kernel, the placement changes from run to run, and a mode
-    that happens to share a core with the stand-in loses its caches: the c=1 ratio then
-    spreads about three times wider (bench/README.md)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if placement == "kernel" or len(cpus) < 2:
-        return "left to the kernel" + ("" if placement == "kernel" else " (fewer than 2 usable CPUs)")
-    measured, rest = {cpus[0]}, set(cpus[1:])
-    service_pids = {s.proc.pid for s in services if s.proc is not None}
-    try:
-        os.sched_setaffinity(0, measured)
-    except OSError as exc:  # e.g. a container that forbids it
-        return f"left to the kernel (pinning refused: {exc})"
-    for pid in _children():
-        _pin(pid, measured if pid in service_pids else rest)
-    return (
-        f"split: bare (this process) and the service on CPU {cpus[0]}; "
-        f"client, LLM stand-in and Redis on CPU {','.join(map(str, cpus[1:]))}"
-    )
-
-
 def start_redis(stack: contextlib.ExitStack, data_dir: Path) -> RedisServer:
     """A local Redis 8 (search + JSON) on a free loopback port, stopped with the stack."""
     server = RedisServer(free_port(), data_dir)
@@ -674,10 +631,9 @@ def run(cfg: Config) -> dict[str, Any]:
         }
         print_header(info, conf, started)
         stack.callback(service.stop)  # registered first: start() may fail half-way
-        service.start()
         mem_service = GraphProcess(mem_redis.url, tmp / "graph-memory", llm_url, LOG_LEVEL=cfg.log_level)
         stack.callback(mem_service.stop)
-        mem_service.start()
+        start_together([service, mem_service])  # each on its own Redis
         client.connect(service.url, TOKEN)
         conf["placement"] = place_processes(cfg.placement, [service, mem_service])
         print(f"   placement: {conf['placement']}")

@@ -71,7 +71,7 @@ from vagent_shared.logs import configure_logging  # noqa: E402
 from vagent_shared.settings import GraphSettings  # noqa: E402
 
 DEFAULTS = {"chunks": 10_000, "queries": 300}
-QUICK = {"chunks": 400, "queries": 20}
+QUICK = {"chunks": 200, "queries": 10}  # 200: one document of each category
 CHUNKS_PER_DOC = 10
 CATEGORIES = 20  # uniform: one category is ~5% of the chunks, ten are ~50%
 TAGS = [f"tag-{i}" for i in range(40)]

@@ -1,5 +1,6 @@
-"""What both benchmarks share: the LLM stand-in, statistics, the report header, the results
-file and the Ctrl-C/SIGTERM handling.
+"""What both benchmarks share: the LLM stand-in, statistics, starting and stopping services
+together, the split placement, the report header, the results file and the Ctrl-C/SIGTERM
+handling.
 
 Why one module: bench_graph.py and bench_bot.py must measure, describe the machine and
 behave on Ctrl-C the same way, or their numbers and their runs could not be compared.
@@ -19,16 +20,18 @@ import os
 import platform
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from importlib import metadata
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from tests.support.llm_server import JSON, PlannedResponse, ScriptedLLMServer, TextResponse, split_text
 
@@ -132,6 +135,39 @@ def stop_child(conn: Connection, proc: BaseProcess, goodbye: object, timeout: fl
         proc.join(5)
 
 
+class Service(Protocol):
+    """A child service that `start(timeout)`s, returning once healthy, and `stop()`s
+    (tests.support.procs.ServiceProcess and its kin)."""
+
+    def start(self, timeout: float = ...) -> Any: ...
+
+    def stop(self) -> Any: ...
+
+
+def start_together(services: Sequence[Service], timeout: float = 60) -> None:
+    """Start `services` at once and return when every one is healthy: their start-ups (mostly
+    imports) overlap instead of adding up. Every start has returned before this does, also
+    on an error or Ctrl-C, so none is left starting behind the caller's clean-up; then the
+    first failure is raised. Services that share a Redis must not create its indexes at the
+    same moment: start the first one alone."""
+    pool = ThreadPoolExecutor(max_workers=max(1, len(services)))
+    try:
+        futures = [pool.submit(s.start, timeout) for s in services]
+        for f in futures:
+            f.result()
+    finally:
+        pool.shutdown(wait=True)
+
+
+def stop_together(services: Sequence[Service]) -> None:
+    """Stop `services` at once (each: SIGTERM, wait, SIGKILL if it must): the shutdowns
+    overlap. Every stop is tried; the first failure is raised after."""
+    with ThreadPoolExecutor(max_workers=max(1, len(services))) as pool:
+        futures = [pool.submit(s.stop) for s in services]
+    for f in futures:
+        f.result()
+
+
 def _serve_llm(conn: Connection) -> None:
     """Child process: run the stand-in until the parent says stop or goes away (EOF)."""
     server = ScriptedLLMServer(keep_alive=True).start()
@@ -170,6 +206,60 @@ def llm_standin(in_thread: bool = False) -> Iterator[tuple[str, bool]]:
         yield f"http://127.0.0.1:{int(port)}/v1", bool(nodelay)
     finally:
         stop_child(parent, proc, "stop", 5)
+
+
+# ---------------------------------------------------------------------------- placement
+
+
+class HasProc(Protocol):
+    """A started child service: its `subprocess.Popen` (None once stopped)."""
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None: ...
+
+
+def _children() -> list[int]:
+    """PIDs of this process's children (Linux /proc)."""
+    me, out = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                    out.append(int(entry.name))
+    return out
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid`; a process that is gone meanwhile is skipped."""
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(task.name), cpus)
+
+
+def place_processes(placement: str, services: Sequence[HasProc]) -> str:
+    """With "split", pin the measured code to the first usable CPU: this thread (which
+    runs BARE, and so every thread it starts from now on) and the services. The load and
+    the fixtures (the client, the LLM stand-in, Redis) go to the others. Both modes are
+    placed alike. Left to the kernel, the placement changes from run to run, and a mode
+    that happens to share a core with the stand-in loses its caches: the c=1 ratio then
+    spreads about three times wider (bench/README.md)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if placement == "kernel" or len(cpus) < 2:
+        return "left to the kernel" + ("" if placement == "kernel" else " (fewer than 2 usable CPUs)")
+    measured, rest = {cpus[0]}, set(cpus[1:])
+    service_pids = {s.proc.pid for s in services if s.proc is not None}
+    try:
+        os.sched_setaffinity(0, measured)
+    except OSError as exc:  # e.g. a container that forbids it
+        return f"left to the kernel (pinning refused: {exc})"
+    for pid in _children():
+        _pin(pid, measured if pid in service_pids else rest)
+    return (
+        f"split: bare (this process) and the service on CPU {cpus[0]}; "
+        f"client, LLM stand-in and Redis on CPU {','.join(map(str, cpus[1:]))}"
+    )
 
 
 # ------------------------------------------------------------------------------ report

@@ -4,8 +4,10 @@ real process on 127.0.0.1. Humans are matrix-nio clients (tests/support/matrix_h
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.matrix_human import HumanClient, syncing_human
 from tests.support.procs import ServiceProcess, credential_registry, ticket_service
+from vagent_shared import redis_keys
 
 DOMAIN = "localhost"
 ROLES = {
@@ -195,6 +198,18 @@ class Stack:
         finally:
             await redis.aclose()
 
+    async def question_saved(self, question_event_id: str, timeout: float = 10) -> None:  # noqa: ASYNC109
+        """Until the bot has stored the question it just posted. It posts first (the event id
+        is the key), so a client that sees the question can be a moment ahead of Redis."""
+        redis = Redis.from_url(self.redis_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while not await redis.exists(redis_keys.hitl_question(question_event_id)):
+                assert time.monotonic() < deadline, f"question {question_event_id} was never stored"
+                await asyncio.sleep(0.05)
+        finally:
+            await redis.aclose()
+
     def logs(self) -> str:
         return "\n".join(b.logs() for b in self.bots)
 
@@ -210,6 +225,25 @@ def down(service: ServiceProcess, crash: bool = False) -> Iterator[None]:
         yield
     finally:
         service.start()
+
+
+def log_tail(service: ServiceProcess, lines: int = 60) -> str:
+    """The last `lines` non-debug lines of a service's log, cut to 400 characters each."""
+    kept = [ln for ln in service.logs().splitlines() if '"level": "debug"' not in ln]
+    return "\n".join(ln[:400] for ln in kept[-lines:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed end-to-end test shows what the bots and the graph were doing: a timeout in
+    Matrix says only that nothing came; their logs say why (CI keeps nothing else)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    stack = getattr(item, "funcargs", {}).get("stack")
+    if report.failed and report.when == "call" and isinstance(stack, Stack):
+        for bot in stack.bots:
+            report.sections.append((f"log of {bot.log_path.name}", log_tail(bot)))
+        report.sections.append(("log of the graph", log_tail(stack.graph)))
 
 
 @pytest.fixture(scope="session")

@@ -73,10 +73,13 @@ async def ask_delete(
     text: str,
     thread_root: str | None = None,
 ) -> Msg:
-    """Alice asks for a delete (the scripted LLM calls delete_records); the bot's question."""
+    """Alice asks for a delete (the scripted LLM calls delete_records); the bot's question,
+    once the bot has stored it (a reaction or a Redis check may follow at once)."""
     llm.push_tool_calls([("delete_records", {"older_than": cutoff})])
     await alice.send(room, text, thread_root=thread_root)
-    return await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    question = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body.startswith("❓ Delete"))
+    await stack.question_saved(question.event_id)
+    return question
 
 
 async def dm_with_bot(human: HumanClient, stack: Stack, encrypted: bool = False) -> str:

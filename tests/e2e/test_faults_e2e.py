@@ -2,7 +2,7 @@
 control provider slow or down, the model endpoint failing before or during its stream.
 
 Everything is a real process on 127.0.0.1 (tests/e2e/conftest.py); every test is bounded by
-its own timeout. `make test` kills the bot over 100 messages; `make soak` (marker `soak`) runs
+its own timeout. `make test` kills the bot over 60 messages; `make soak` (marker `soak`) runs
 the same scenario longer (SOAK_MESSAGES, 500 by default).
 """
 
@@ -67,11 +67,18 @@ def streamed_echo(request: dict[str, Any]) -> TextResponse:
     return TextResponse(echo_llm(request).content, chunks=3, delay=0.1)
 
 
-async def killer(bot: ServiceProcess, rng: random.Random, stop: asyncio.Event, result: SoakResult) -> None:
-    """SIGKILL the bot every 1.5-4 s (seeded), start it again at once; leaves it running."""
+async def killer(
+    bot: ServiceProcess,
+    rng: random.Random,
+    stop: asyncio.Event,
+    result: SoakResult,
+    every: tuple[float, float],
+) -> None:
+    """SIGKILL the bot every `every` seconds (a seeded uniform draw), start it again at once;
+    leaves it running."""
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), rng.uniform(1.5, 4.0))
+            await asyncio.wait_for(stop.wait(), rng.uniform(*every))
         if stop.is_set():
             return
         bot.kill()
@@ -91,7 +98,12 @@ async def answered(alice: HumanClient, stack: Stack, rooms: list[str]) -> list[A
 
 
 async def kill_soak(
-    stack: Stack, humans: Login, llm: ScriptedLLMServer, messages: int, seed: int
+    stack: Stack,
+    humans: Login,
+    llm: ScriptedLLMServer,
+    messages: int,
+    seed: int,
+    kill_every: tuple[float, float] = (1.5, 4.0),
 ) -> SoakResult:
     """3 people, 2 group rooms, `messages` questions (and some chatter not for the bot) over time
     while the bot is killed at random moments and restarted; returns once every question has a
@@ -105,7 +117,7 @@ async def kill_soak(
     env = {"EVENT_LEASE_SECONDS": LEASE_SECONDS}
     with stack.another_bot("soakbot", **env) as bot:
         rooms = [await tenant_room(alice, f"busy {i}", [u.bot, u.bob, u.erin]) for i in range(2)]
-        kills = asyncio.create_task(killer(bot, rng, stop, result))
+        kills = asyncio.create_task(killer(bot, rng, stop, result, kill_every))
         began = time.monotonic()
         try:
             for i in range(messages):
@@ -157,7 +169,7 @@ def main_bot_down(stack: Stack) -> Iterator[None]:
 async def test_bot_killed_at_random_answers_every_message_exactly_once(
     stack: Stack, humans: Login, llm: ScriptedLLMServer, main_bot_down: None
 ) -> None:
-    result = await kill_soak(stack, humans, llm, messages=100, seed=14)
+    result = await kill_soak(stack, humans, llm, messages=60, seed=14, kill_every=(0.5, 1.5))
     assert result.kills >= 5, result.summary()
 
 

@@ -92,7 +92,8 @@ async def test_a_pasted_key_is_refused_and_never_leaves_the_bot(
     sid = SessionId(room_id=room, user_id=u.alice).format()
     llm.push_tool_calls([("ask_user", {"question": QUESTION})])
     await alice.send(room, "open a ticket: the VPN is down")
-    await alice.wait_for_reply(u.bot, room, reads(f"❓ {QUESTION}"))
+    question = await alice.wait_for_reply(u.bot, room, reads(f"❓ {QUESTION}"))
+    await stack.question_saved(question.event_id)
     asked = await pending_question(stack, sid)
     assert asked is not None and asked.question == QUESTION
     requests_before, refused_before = len(llm.requests), await refused_count(stack)

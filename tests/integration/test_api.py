@@ -7,6 +7,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -460,17 +461,23 @@ def test_health_is_503_when_redis_is_unreachable(tmp_path: Path) -> None:
 
 
 def test_refuses_to_start_without_a_token(tmp_path: Path, redis_url: str) -> None:
-    g = GraphProcess(redis_url, tmp_path)
+    refused = GraphProcess(redis_url, tmp_path / "refused")
+    refused.env.pop("GRAPH_API_TOKEN")
+    g = GraphProcess(redis_url, tmp_path / "insecure")
     g.env.pop("GRAPH_API_TOKEN")
-    with pytest.raises(RuntimeError, match="GRAPH_API_TOKEN is not set"):
-        g.start()
     g.env["GRAPH_INSECURE_DEV"] = "true"
-    g.start()
+    # Both start at once (each spends seconds importing): one refuses, the other serves.
     try:
+        with ThreadPoolExecutor(1) as pool:
+            refusing = pool.submit(refused.start)
+            g.start()
+            with pytest.raises(RuntimeError, match="GRAPH_API_TOKEN is not set"):
+                refusing.result()
         r = httpx.post(g.url + PM, json=message_body(new_session(), "hi"), timeout=20)
         assert r.status_code == 200
     finally:
         g.stop()
+        refused.stop()
 
 
 async def test_new_message_closes_a_stale_question(

@@ -1,5 +1,7 @@
-"""`vagent audit` as an operator runs it: a real process reading a stream the services' own
-writer (AuditTrail) filled in the real Redis."""
+"""`vagent audit` as an operator runs it, reading a stream the services' own writer
+(AuditTrail) filled in the real Redis: the command in this process (tests/support/vagent_cli.py:
+same app, environment, output and exit codes), and as a real process where that is what an
+operator meets (--follow and Ctrl-C, Redis down)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import pytest
 from redis.asyncio import Redis
 
 from redis_local import free_port
+from tests.support.vagent_cli import Ran, run_vagent
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
 
@@ -37,14 +40,8 @@ class Audit:
     env: dict[str, str]
     trail: AuditTrail
 
-    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "vagent"), "audit", *args],
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    def run(self, *args: str, **env: str) -> Ran:
+        return run_vagent(["audit", *args], {**self.env, **env})
 
     def ok(self, *args: str) -> str:
         proc = self.run(*args)
@@ -255,9 +252,13 @@ def test_redis_down_is_a_one_line_error_and_exit_2() -> None:
     env = {**os.environ, "REDIS_URL": f"redis://user:hunter2@127.0.0.1:{free_port()}/0"}
     for args in (["tail"], ["export"], ["tail", "--follow"]):
         start = time.monotonic()
-        proc = subprocess.run(
-            [str(BIN / "vagent"), "audit", *args], env=env, capture_output=True, text=True, timeout=30
-        )
+        proc: Ran | subprocess.CompletedProcess[str]
+        if args == ["tail"]:  # as a process once; the others in this one (the same code paths)
+            proc = subprocess.run(
+                [str(BIN / "vagent"), "audit", *args], env=env, capture_output=True, text=True, timeout=30
+            )
+        else:
+            proc = run_vagent(["audit", *args], env)
         assert proc.returncode == 2 and proc.stdout == ""
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("vagent audit: cannot reach Redis at 127.0.0.1:")

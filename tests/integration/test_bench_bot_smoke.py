@@ -17,7 +17,7 @@ from tests.support.procs import run_bench_quick
 
 pytestmark = pytest.mark.e2e
 
-QUICK_MESSAGES = 10
+QUICK_MESSAGES = 5
 RATIO = r"\d+\.\d+x"
 
 

@@ -21,6 +21,7 @@ from tests.support.procs import ROOT, run_bench_quick
 QUICK_CONCURRENCY = 4
 QUICK_REQUESTS = 10
 QUICK_TURNS = (10, 12)
+QUICK_CHUNKS = 200  # bench_rag --quick: one document of 10 chunks in each of the 20 categories
 VERDICT = r"(PASS|MISS)"
 
 
@@ -75,14 +76,15 @@ def test_bench_graph_quick_prints_and_writes_every_figure(tmp_path: Path) -> Non
     assert isinstance(redis["pass"], bool)
 
 
+# bench_graph.py's placement, from bench/common.py where it lives: not bench_graph itself,
+# whose imports (the whole graph) take seconds
 PLACEMENT_PROBE = """
 import os, subprocess, sys, types
-sys.path.insert(0, "bench")
-import bench_graph
+from bench.common import place_processes
 service = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
 fixture = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
 try:
-    said = bench_graph.place_processes("split", [types.SimpleNamespace(proc=service)])
+    said = place_processes("split", [types.SimpleNamespace(proc=service)])
     print(said)
     for name, pid in (("bench", 0), ("service", service.pid), ("fixture", fixture.pid)):
         print(name, sorted(os.sched_getaffinity(pid)))
@@ -120,12 +122,12 @@ def test_bench_rag_quick_prints_and_writes_every_figure(tmp_path: Path) -> None:
     for mode in ("unfiltered", "5% user", "50% user"):
         assert _positive(flat["search"][mode]["redis"]["p50"])
         assert _positive(flat["search"][mode]["search_documents"]["p99"])
-    assert _positive(results["ingest"]["chunks_per_second"]) and results["chunks"] >= 400
+    assert _positive(results["ingest"]["chunks_per_second"]) and results["chunks"] == QUICK_CHUNKS
 
 
 def test_bench_capacity_mcp_quick_compares_the_tool_turns_and_checks_each_users_key(tmp_path: Path) -> None:
     """`bench_capacity.py --quick --mcp`: the built-in and the MCP tool turn side by side, and
-    every call on the MCP server carried its own user's key (~25 s)."""
+    every call on the MCP server carried its own user's key (~10 s)."""
     stdout, results = run_bench_quick("bench_capacity.py", tmp_path / "capacity-mcp.json", 120, "--mcp")
 
     steps = (5, 10)

@@ -7,8 +7,10 @@ whose key arrived without it storing keys.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -42,7 +44,11 @@ def sha(key: str) -> str:
 
 
 class Stack:
-    """The registry, the ticket service and the graph, each a real process."""
+    """The registry, the ticket service and the graph, each a real process.
+
+    Why `reset` and `variant`: starting the three costs seconds, so a module shares one stack
+    (each test with its own sessions and reads) and a test needing another graph configuration
+    starts only a graph of its own."""
 
     def __init__(self, tmp: Path, redis_url: str, llm_url: str, **graph_env: str) -> None:
         seed = tmp / "tickets.yaml"
@@ -51,18 +57,25 @@ class Stack:
         self.tickets = ticket_service(tmp, seed)
         self.tickets_url = self.tickets.base_url
         self.stream = f"audit:test:{uuid.uuid4().hex[:8]}"
-        self.graph = GraphProcess(
-            redis_url,
+        self.redis_url, self.llm_url, self.graph_env = redis_url, llm_url, graph_env
+        self.graph = self.new_graph(tmp)
+        self.events: list[SSEEvent] = []
+        self.owns_services = True
+
+    def new_graph(self, tmp: Path, **graph_env: str) -> GraphProcess:
+        """A graph (not started) using this stack's registry and ticket service, with this
+        stack's extra environment and then `graph_env`."""
+        return GraphProcess(
+            self.redis_url,
             tmp,
-            llm_url,
+            self.llm_url,
             CREDENTIAL_REGISTRY_URL=self.registry.base_url,
             CREDENTIAL_CACHE_KEY="yGJ0y8Hnq2rXx0wz8wq7C0v8m7a1d0yqzJm6c1N3p2k=",
             CREDENTIAL_MISSING_HELP=HELP,
             TICKETS_URL=self.tickets_url,
             AUDIT_STREAM=self.stream,
-            **graph_env,
+            **{**self.graph_env, **graph_env},
         )
-        self.events: list[SSEEvent] = []
 
     def start(self) -> Stack:
         self.registry.start()
@@ -71,8 +84,27 @@ class Stack:
         return self
 
     def stop(self) -> None:
-        for p in (self.graph, self.tickets, self.registry):
+        """Stop the graph, and the registry and ticket service unless shared (a variant)."""
+        for p in (self.graph, self.tickets, self.registry) if self.owns_services else (self.graph,):
             p.stop()
+
+    def reset(self) -> Stack:
+        """Ready for the next test sharing this stack: every process up (a test may have stopped
+        the registry or killed the graph) and the ticket service's request record emptied."""
+        for p in (self.registry, self.tickets, self.graph):
+            if not p.running:
+                p.start()
+        httpx.delete(f"{self.tickets_url}/debug/requests").raise_for_status()
+        return self
+
+    def variant(self, tmp: Path, **graph_env: str) -> Stack:
+        """This stack's registry and ticket service with a started graph of its own, configured
+        with `graph_env` too; its `stop` stops only that graph."""
+        other = copy.copy(self)
+        other.graph = self.new_graph(tmp, **graph_env).start()
+        other.events = []
+        other.owns_services = False
+        return other
 
     async def send(self, path: str, body: dict[str, Any]) -> list[SSEEvent]:
         async with httpx.AsyncClient(base_url=self.graph.url, timeout=30) as c:
@@ -87,13 +119,22 @@ class Stack:
         return list(httpx.get(f"{self.tickets_url}/debug/requests").json()["requests"])
 
 
-@pytest.fixture
-def stack(tmp_path: Path, redis_url: str, llm_server: ScriptedLLMServer) -> Iterator[Stack]:
-    s = Stack(tmp_path, redis_url, llm_server.base_url).start()
+@pytest.fixture(scope="module")
+def module_stack(
+    redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One stack for the module: the tests use their own sessions and read only what they did."""
+    s = Stack(tmp_path_factory.mktemp("credentials"), redis_url, _llm_session.base_url).start()
     try:
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def stack(module_stack: Stack, llm_server: ScriptedLLMServer) -> Stack:
+    """The module's stack, reset for this test (the LLM is emptied by `llm_server`)."""
+    return module_stack.reset()
 
 
 def tool_result(llm: ScriptedLLMServer, request: int = -1) -> str:
@@ -146,6 +187,7 @@ async def test_two_users_two_keys_across_a_confirmation_and_a_restart(
 async def test_no_key_a_denied_user_and_a_registry_that_is_down(
     stack: Stack, llm_server: ScriptedLLMServer
 ) -> None:
+    before = await counter(stack.graph.url, "vagent_graph_credential_fetches_total", "outcome")
     for user, expected in ((CAROL, "no credential is configured"), (DAVE, "Access denied")):
         llm_server.push_tool_calls([("list_my_tickets", {})])
         llm_server.push_text("Sorry.")
@@ -159,17 +201,15 @@ async def test_no_key_a_denied_user_and_a_registry_that_is_down(
     llm_server.push_text("Later then.")
     events = await stack.ask(new_session(CAROL), "what are my open tickets?")
     assert "unavailable" in tool_result(llm_server) and kinds(events)[-1] == "done"
-    fetches = {
-        line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-        for line in (await metrics_text(stack.graph.url)).splitlines()
-        if line.startswith("vagent_graph_credential_fetches_total{")
-    }
-    assert fetches == {"missing": 1.0, "denied": 1.0, "unavailable": 1.0}
+    after = await counter(stack.graph.url, "vagent_graph_credential_fetches_total", "outcome")
+    fetches = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    assert fetches == {"missing": 1.0, "denied": 1.0, "unavailable": 1.0}  # this test's, no other
 
 
 async def test_a_model_cannot_reach_a_ticket_tool_it_was_not_offered(
     stack: Stack, llm_server: ScriptedLLMServer
 ) -> None:
+    log_start = len(stack.graph.logs())  # the module's graph: read only what this test logged
     llm_server.push_tool_calls([("create_ticket", {"title": "sneaky"})])
     llm_server.push_text("Denied.")
     sid = new_session(ALICE)
@@ -178,12 +218,23 @@ async def test_a_model_cannot_reach_a_ticket_tool_it_was_not_offered(
     offered = [t["function"]["name"] for t in llm_server.requests[-2].get("tools", [])]
     assert offered == ["list_my_tickets"]
     assert stack.received() == []  # and no credential was fetched for it either
-    assert "credential_access" not in stack.graph.logs()
+    assert "credential_access" not in stack.graph.logs()[log_start:]
 
 
 async def metrics_text(url: str) -> str:
     async with httpx.AsyncClient() as c:
         return (await c.get(f"{url}/metrics")).text
+
+
+async def counter(url: str, name: str, label: str) -> dict[str, float]:
+    """The counter `name` by the value of `label`. Why: the module's graph counts every test's
+    calls, so a test compares its before and after."""
+    values: dict[str, float] = {}
+    for line in (await metrics_text(url)).splitlines():
+        if line.startswith(name + "{"):
+            key = line.split(f'{label}="')[1].split('"')[0]
+            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return values
 
 
 def plant(log: Path, line: str) -> None:
@@ -224,8 +275,13 @@ async def test_no_credential_reaches_any_artifact_of_a_run(
     assert secret_leaks(artifacts, secrets) == []
 
     # the scan can fail: a secret planted in a real log line of the service is found
-    plant(stack.graph.log_path, json.dumps({"event": "oops", "key": KEYS[ALICE]}))
-    assert secret_leaks({"graph log": stack.graph.logs()}, secrets) == [f"graph log: {KEYS[ALICE][:12]}…"]
+    size = stack.graph.log_path.stat().st_size
+    try:
+        plant(stack.graph.log_path, json.dumps({"event": "oops", "key": KEYS[ALICE]}))
+        found = secret_leaks({"graph log": stack.graph.logs()}, secrets)
+        assert found == [f"graph log: {KEYS[ALICE][:12]}…"]
+    finally:  # the log is the module's graph's: leave no planted secret for later tests
+        os.truncate(stack.graph.log_path, size)
 
 
 async def test_an_audit_stream_that_cannot_be_written_fails_no_request(
@@ -234,6 +290,8 @@ async def test_an_audit_stream_that_cannot_be_written_fails_no_request(
     from redis.asyncio import Redis
 
     redis = Redis.from_url(redis_url)
+    log_start = len(stack.graph.logs())
+    before = await counter(stack.graph.url, "vagent_graph_audit_write_failures_total", "reason")
     try:
         await redis.set(stack.stream, "not a stream")  # every XADD now fails with WRONGTYPE
         llm_server.push_tool_calls([("list_my_tickets", {})])
@@ -241,13 +299,11 @@ async def test_an_audit_stream_that_cannot_be_written_fails_no_request(
         events = await stack.ask(new_session(ALICE), "what are my open tickets?")
         assert kinds(events)[-2:] == ["text_final", "done"]
         assert "VPN drops every hour" in tool_result(llm_server)
-        failures = [
-            line
-            for line in (await metrics_text(stack.graph.url)).splitlines()
-            if line.startswith("vagent_graph_audit_write_failures_total{")
-        ]
-        assert failures and float(failures[0].rsplit(" ", 1)[1]) >= 3, failures
-        assert '"event_type":"credential_access"' in stack.graph.logs().replace(" ", "")  # still logged
+        after = await counter(stack.graph.url, "vagent_graph_audit_write_failures_total", "reason")
+        failures = sum(after.values()) - sum(before.values())
+        assert failures >= 3, (before, after)
+        logged = stack.graph.logs()[log_start:].replace(" ", "")
+        assert '"event_type":"credential_access"' in logged  # still logged
     finally:
         await redis.delete(stack.stream)
         await redis.aclose()

@@ -1,4 +1,6 @@
-"""`vagent docs` as an operator runs it: a real process against the real Redis."""
+"""`vagent docs` as an operator runs it, against the real Redis: the command itself in this
+process (tests/support/vagent_cli.py: same app, environment, output and exit codes), and as a
+real process where that is what an operator meets (`Docs.process`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import redis
 
 from redis_local import free_port
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.vagent_cli import Ran, run_vagent
 
 BIN = Path(sys.executable).parent
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "docs"
@@ -30,7 +33,12 @@ class Docs:
     index: str
     env: dict[str, str]
 
-    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, **env: str) -> Ran:
+        """`vagent docs ARGS` in this process (tests/support/vagent_cli.py)."""
+        return run_vagent(["docs", *args], {**self.env, **env})
+
+    def process(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """`vagent docs ARGS` as the installed console script, in a new process."""
         return subprocess.run(
             [str(BIN / "vagent"), "docs", *args],
             env={**self.env, **env},
@@ -40,9 +48,7 @@ class Docs:
         )
 
     def ok(self, *args: str, **env: str) -> str:
-        proc = self.run(*args, **env)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc.stdout
+        return succeeded(self.run(*args, **env))
 
     def listed(self, *args: str) -> dict[tuple[str, str], dict[str, object]]:
         rows = [json.loads(line) for line in self.ok("list", "--json", *args).splitlines()]
@@ -54,6 +60,11 @@ class Docs:
             return sum(1 for _ in client.scan_iter(match=f"{self.index}:chunk:*"))
         finally:
             client.close()
+
+
+def succeeded(proc: Ran | subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
 
 
 @pytest.fixture
@@ -84,8 +95,11 @@ def folder(tmp_path: Path) -> Path:
 
 
 def test_ingest_a_folder_list_and_reingest_only_what_changed(docs: Docs, folder: Path) -> None:
-    out = docs.ok(
-        "ingest", str(folder), "--domain", "acme", "--category", "finance", "--tags", "q3,confidential"
+    # the installed command, in its own process, writes what the graph reads
+    out = succeeded(
+        docs.process(
+            "ingest", str(folder), "--domain", "acme", "--category", "finance", "--tags", "q3,confidential"
+        )
     )
     assert "ingested 4 document(s)" in out
     listed = docs.listed()
@@ -173,7 +187,7 @@ def test_reindex_after_an_embedding_model_change(
 
 
 def test_unreachable_redis_is_one_clear_line_without_the_password(docs: Docs, folder: Path) -> None:
-    proc = docs.run("list", REDIS_URL=f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0")
+    proc = docs.process("list", REDIS_URL=f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0")
     assert proc.returncode == 1
     assert proc.stderr.startswith("vagent docs: cannot reach Redis at 127.0.0.1:")
     assert "hunter2" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr

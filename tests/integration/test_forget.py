@@ -28,6 +28,7 @@ from redis_local import free_port
 from tests.support.factories import ac
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.vagent_cli import Ran, run_vagent
 from vagent_bot.flood import FloodControl
 from vagent_bot.hitl_store import HitlStore
 from vagent_graph import cli, erasure
@@ -113,7 +114,13 @@ class World:
         await HitlStore(self.redis).save(pending, 3600)
         return q
 
-    def forget(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    def forget(
+        self, *args: str, process: bool = False, **env: str
+    ) -> Ran | subprocess.CompletedProcess[str]:
+        """`vagent admin forget ARGS` in this process (tests/support/vagent_cli.py); with
+        `process`, the installed console script in a new one."""
+        if not process:
+            return run_vagent(["admin", "forget", *args], {**self.env, **env})
         return subprocess.run(
             [str(BIN / "vagent"), "admin", "forget", *args],
             env={**self.env, **env},
@@ -345,7 +352,7 @@ async def test_forget_erases_every_key_of_hers_and_nothing_of_anyone_else(world:
         v.endswith(w.sessions[w.alice][1]) for k, v in before.items() if k.startswith("hitl_question:")
     )
 
-    proc = w.forget(w.alice)
+    proc = w.forget(w.alice, process=True)  # as an operator runs it
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert out.startswith(f"Forgot {w.alice}: deleted ")
@@ -509,12 +516,11 @@ def test_forget_refuses_what_is_not_a_matrix_user_id(bad: str, capsys: pytest.Ca
 
 
 def test_the_command_refuses_a_bad_id_before_touching_redis() -> None:
-    proc = subprocess.run(
-        [str(BIN / "vagent"), "admin", "forget", "alice", "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+    """In this process: the program name and exit codes of the real process are proven by
+    test_vagent_cli.py and the next test."""
+    proc = run_vagent(
+        ["admin", "forget", "alice", "--dry-run"],
+        {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert "Usage: vagent admin forget" in proc.stderr

@@ -19,8 +19,8 @@ from pydantic import SecretStr
 
 from tests.support.factories import ac
 from tests.support.mcp_server import McpTestServer, fingerprint, tool
+from vagent_graph.mcp import pool as mcp_pool
 from vagent_graph.mcp.config import McpServerConfig
-from vagent_graph.mcp.pool import PING_AFTER_SECONDS
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import ToolContext, ToolRegistry, ToolResult
@@ -219,7 +219,12 @@ def ctx_of(user: str, key: str) -> ToolContext:
     return ToolContext(ac=ac(user, ["mcp_server:x"]), session_id="s", credential=cred)
 
 
-async def test_sessions_are_reused_per_credential_never_across_and_survive_a_restart(tmp_path: Path) -> None:
+async def test_sessions_are_reused_per_credential_never_across_and_survive_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session idle this long is pinged before reuse: 1 s here instead of 5, so the test
+    # need not sit idle for 5 s to reach that path (what it proves does not depend on how long).
+    monkeypatch.setattr(mcp_pool, "PING_AFTER_SECONDS", 1.0)
     keys = {"@alice:x": "alice-key-0123456789", "@bob:x": "bob-key-9876543210"}
     with McpTestServer(
         {"name": "pooled", "tools": [tool("echo", params={"text": "string"})]}, tmp_path
@@ -246,7 +251,7 @@ async def test_sessions_are_reused_per_credential_never_across_and_survive_a_res
                 assert r["fingerprints"]["x-api-key"] == fingerprint(keys[owner])  # never the other's
             assert len(servers.pool) == 2  # one session per credential, reused by 20 calls each
             server.restart()  # the server forgets its sessions
-            await asyncio.sleep(PING_AFTER_SECONDS + 0.5)  # idle long enough to be checked first
+            await asyncio.sleep(mcp_pool.PING_AFTER_SECONDS + 0.5)  # idle long enough to be checked first
             again = await call("@alice:x", "@alice:x after the restart")
             assert again["fingerprints"]["x-api-key"] == fingerprint(keys["@alice:x"])
         finally:

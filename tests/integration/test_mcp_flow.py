@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from procutil import wait_until
 from redis import Redis
 
 from tests.integration.test_calendar_server import CalendarProcess, start_calendar
@@ -45,7 +46,7 @@ def sha(key: str) -> str:
 
 class Stack:
     """The registry, the calendar and the graph (with the demo agent of deploy/dev), each a
-    real process."""
+    real process; one for the module (`reset` between tests), since starting them costs seconds."""
 
     def __init__(self, tmp: Path, redis_url: str, llm_url: str) -> None:
         self.registry = credential_registry(tmp)
@@ -73,6 +74,25 @@ class Stack:
         for p in (self.graph, self.calendar, self.registry):
             p.stop()
 
+    def reset(self) -> Stack:
+        """Ready for the next test: every process up (a test may have stopped the registry or
+        the calendar, or killed the graph), the graph seeing the calendar again and the
+        calendar's request record emptied."""
+        for p in (self.registry, self.calendar, self.graph):
+            if not p.running:
+                p.start()
+        httpx.delete(self.calendar.url + "/debug/requests").raise_for_status()
+        if not wait_until(self.calendar_up, 30):
+            raise TimeoutError(f"the graph does not see the calendar:\n{self.graph.logs()[-3000:]}")
+        return self
+
+    def calendar_up(self) -> bool:
+        try:
+            health = httpx.get(f"{self.graph.url}/health", timeout=5).json()
+        except httpx.HTTPError:
+            return False
+        return bool(health.get("mcp_servers", {}).get("calendar", {}).get("up"))
+
     async def send(self, path: str, body: dict[str, Any]) -> list[SSEEvent]:
         async with httpx.AsyncClient(base_url=self.graph.url, timeout=60) as c:
             events = await post_sse(c, path, body, self.graph.headers)
@@ -90,20 +110,30 @@ class Stack:
         return [r for r in await self.calendar.requests() if tool is None or r["tool"] == tool]
 
 
-@pytest.fixture
-def stack(tmp_path: Path, redis_url: str, llm_server: ScriptedLLMServer) -> Iterator[Stack]:
-    s = Stack(tmp_path, redis_url, llm_server.base_url).start()
+@pytest.fixture(scope="module")
+def module_stack(
+    redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One stack for the module: the tests use their own sessions and read only what they did."""
+    s = Stack(tmp_path_factory.mktemp("mcp"), redis_url, _llm_session.base_url).start()
     try:
         yield s
     finally:
         s.stop()
 
 
+@pytest.fixture
+def stack(module_stack: Stack, llm_server: ScriptedLLMServer) -> Stack:
+    """The module's stack, reset for this test (the LLM is emptied by `llm_server`)."""
+    return module_stack.reset()
+
+
 async def test_offered_only_with_the_grant_and_never_reached_without_it(
     stack: Stack, llm_server: ScriptedLLMServer, redis_url: str
 ) -> None:
+    alice, carol = new_session(ALICE), new_session(CAROL)
     llm_server.push_text("Hi.")
-    await stack.ask(new_session(ALICE), "hello")
+    await stack.ask(alice, "hello")
     assert {LIST, CREATE, "calendar__find_free_slot"} <= set(llm_server.offered_tool_names())
     one = ["tool:calendar__list_events"]
     llm_server.push_text("Hi.")
@@ -115,13 +145,14 @@ async def test_offered_only_with_the_grant_and_never_reached_without_it(
         [(CREATE, {"title": "x", "start": "2026-12-01T10:00", "end": "2026-12-01T11:00"})]
     )
     llm_server.push_text("Denied.")
-    await stack.ask(new_session(CAROL), "book something", ["tool:search_documents"])
+    await stack.ask(carol, "book something", ["tool:search_documents"])
     assert not [n for n in llm_server.offered_tool_names(-2) if n.startswith("calendar__")]
     assert "Access denied" in tool_result(llm_server)
     assert await stack.calls() == []
     with Redis.from_url(redis_url) as r:
         entries: list[tuple[bytes, dict[bytes, bytes]]] = r.xrange(stack.stream)  # type: ignore[assignment]
-    events = [AuditEvent.from_stream(fields) for _, fields in entries]
+    mine = {alice.format(), carol.format()}  # the stream is the module's: this test's sessions only
+    events = [e for _, fields in entries if (e := AuditEvent.from_stream(fields)).session_id in mine]
     offered = [e for e in events if e.event_type == "tool_offered" and e.user_id == ALICE]
     assert offered and offered[0].metadata["mcp_servers"] == ["calendar"]
     (denied,) = [e for e in events if e.event_type == "access_denied" and e.user_id == CAROL]
@@ -242,33 +273,6 @@ async def test_read_only_tools_run_directly_and_health_lists_the_server(
     )
 
 
-async def test_a_server_down_at_startup_appears_without_a_restart(
-    stack: Stack, llm_server: ScriptedLLMServer
-) -> None:
-    stack.calendar.stop()
-    stack.graph.kill()
-    stack.graph.start()  # the graph starts although its MCP server is down
-    health = (await stack.get("/health")).json()
-    assert health["status"] == "healthy" and health["mcp_servers"]["calendar"]["up"] is False
-    llm_server.push_text("Hi.")
-    await stack.ask(new_session(ALICE), "hello")
-    assert not [n for n in llm_server.offered_tool_names() if n.startswith("calendar__")]
-    stack.calendar.start()
-    for _ in range(100):
-        if (await stack.get("/health")).json()["mcp_servers"]["calendar"]["up"]:
-            break
-        await asyncio.sleep(0.1)
-    llm_server.push_text("Hi.")
-    await stack.ask(new_session(ALICE), "hello")
-    assert LIST in llm_server.offered_tool_names()
-    # and down again mid-session: the model is told, the session stays usable
-    stack.calendar.stop()
-    llm_server.push_tool_calls([(LIST, {})])
-    llm_server.push_text("It is down.")
-    events = await stack.ask(new_session(ALICE), "what is on my calendar?")
-    assert "unavailable right now" in tool_result(llm_server) and kinds(events)[-1] == "done"
-
-
 async def test_no_key_reaches_any_artifact(
     stack: Stack, llm_server: ScriptedLLMServer, redis_url: str
 ) -> None:
@@ -295,3 +299,30 @@ async def test_no_key_reaches_any_artifact(
     # the scan can fail: a planted key is found
     planted = {**artifacts, "graph log": artifacts["graph log"] + secrets[0]}
     assert secret_leaks(planted, secrets) == [f"graph log: {secrets[0][:12]}…"]
+
+
+async def test_a_server_down_at_startup_appears_without_a_restart(
+    stack: Stack, llm_server: ScriptedLLMServer
+) -> None:
+    stack.calendar.stop()
+    stack.graph.kill()
+    stack.graph.start()  # the graph starts although its MCP server is down
+    health = (await stack.get("/health")).json()
+    assert health["status"] == "healthy" and health["mcp_servers"]["calendar"]["up"] is False
+    llm_server.push_text("Hi.")
+    await stack.ask(new_session(ALICE), "hello")
+    assert not [n for n in llm_server.offered_tool_names() if n.startswith("calendar__")]
+    stack.calendar.start()
+    for _ in range(100):
+        if (await stack.get("/health")).json()["mcp_servers"]["calendar"]["up"]:
+            break
+        await asyncio.sleep(0.1)
+    llm_server.push_text("Hi.")
+    await stack.ask(new_session(ALICE), "hello")
+    assert LIST in llm_server.offered_tool_names()
+    # and down again mid-session: the model is told, the session stays usable
+    stack.calendar.stop()
+    llm_server.push_tool_calls([(LIST, {})])
+    llm_server.push_text("It is down.")
+    events = await stack.ask(new_session(ALICE), "what is on my calendar?")
+    assert "unavailable right now" in tool_result(llm_server) and kinds(events)[-1] == "done"

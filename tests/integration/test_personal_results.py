@@ -26,13 +26,22 @@ BOB_AC = ac("@bob:localhost", [], domain=DOMAIN)
 CAROL_AC = ac("@carol:localhost", [], domain=DOMAIN)
 
 
-@pytest.fixture
-def stack(tmp_path: Path, redis_url: str, llm_server: ScriptedLLMServer) -> Iterator[Stack]:
-    s = Stack(tmp_path, redis_url, llm_server.base_url).start()
+@pytest.fixture(scope="module")
+def module_stack(
+    redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One stack for the module: every test asks in sessions of its own."""
+    s = Stack(tmp_path_factory.mktemp("personal"), redis_url, _llm_session.base_url).start()
     try:
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture
+def stack(module_stack: Stack, llm_server: ScriptedLLMServer) -> Stack:
+    """The module's stack, reset for this test (the LLM is emptied by `llm_server`)."""
+    return module_stack.reset()
 
 
 def room(*members: Any) -> dict[str, Any]:
@@ -133,9 +142,10 @@ async def test_a_confirmed_personal_action_says_who_will_see_it(
 
 @pytest.mark.parametrize("policy", ["deny", "allow"])
 async def test_personal_results_in_groups_deny_or_allow(
-    policy: str, tmp_path: Path, redis_url: str, llm_server: ScriptedLLMServer
+    policy: str, module_stack: Stack, tmp_path: Path, llm_server: ScriptedLLMServer
 ) -> None:
-    stack = Stack(tmp_path, redis_url, llm_server.base_url, PERSONAL_RESULTS_IN_GROUPS=policy).start()
+    """A graph of its own with the policy; the module's registry and ticket service."""
+    stack = module_stack.reset().variant(tmp_path, PERSONAL_RESULTS_IN_GROUPS=policy)
     try:
         llm_server.push_tool_calls([("list_my_tickets", {})])
         llm_server.push_text("Done.")

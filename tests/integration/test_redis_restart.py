@@ -34,59 +34,77 @@ def older(db: Path) -> int:
         return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
 
 
-@pytest.fixture
-def redis_aof(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(free_port(), tmp_path / "redis", extra_args=AOF).start()
+def add_old_record(db: Path) -> None:
+    """One record the test's delete has to remove (a test before may have removed the seeded ones)."""
+    with sqlite3.connect(db) as c:
+        c.execute("INSERT INTO records (customer, amount, created_at) VALUES ('Old Co', 1.0, '2019-06-01')")
+
+
+@pytest.fixture(scope="module")
+def redis_aof(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("redis"), extra_args=AOF).start()
     yield server
     server.stop()
 
 
-@pytest.mark.parametrize("crash", [False, True], ids=["sigterm", "kill-9"])
-async def test_a_question_survives_a_redis_restart(
-    redis_aof: RedisServer, llm_server: ScriptedLLMServer, tmp_path: Path, crash: bool
-) -> None:
-    g = GraphProcess(redis_aof.url, tmp_path, llm_server.base_url).start()
-    db = tmp_path / "records.db"
+@pytest.fixture(scope="module")
+def graph(
+    redis_aof: RedisServer, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GraphProcess]:
+    """One graph service for both restarts (a start costs seconds): each test checks it is
+    still the same process afterwards."""
+    g = GraphProcess(redis_aof.url, tmp_path_factory.mktemp("graph"), _llm_session.base_url).start()
     try:
-        n = older(db)
-        sid = new_session()
-        llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
-        async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
-            events = await post_sse(c, "/api/v1/process_message", message_body(sid, "delete old"), g.headers)
-            assert kinds(events) == ["hitl_request", "done"]
-            q = events[0]
-            assert isinstance(q, HitlRequest)
-
-            assert redis_aof.proc is not None
-            if crash:
-                redis_aof.proc.send_signal(signal.SIGKILL)
-                redis_aof.proc.wait()
-                redis_aof.proc = None
-            else:
-                redis_aof.stop()  # SIGTERM: a clean shutdown
-            assert (await c.get("/health")).status_code == 503  # the outage is reported
-            start = time.monotonic()
-            refused = await c.post(
-                "/api/v1/process_message", json=message_body(new_session(), "hi"), headers=g.headers
-            )
-            print(f"\nRedis down: a new message is refused after {time.monotonic() - start:.2f}s")
-            assert refused.status_code == 503 and refused.json()["error_code"] == "redis_unavailable"
-
-            redis_aof.start()  # same port, same directory: the append-only file is replayed
-            assert wait_until(lambda: httpx.get(f"{g.url}/health").status_code == 200, 30)
-
-            llm_server.push_text("Deleted.")
-            events = await post_sse(
-                c,
-                "/api/v1/submit_feedback",
-                {"session_id": sid.format(), "response": "yes", "interrupt_id": q.interrupt_id},
-                g.headers,
-            )
-            assert kinds(events)[-2:] == ["text_final", "done"], events
-            assert events[-2] == TextFinal(content="Deleted.", is_final=True)
-            assert older(db) == 0 and n > 0
-            tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
-            assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]
-        assert g.proc is not None and g.proc.poll() is None  # the same process all along
+        yield g
     finally:
         g.stop()
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["sigterm", "kill-9"])
+async def test_a_question_survives_a_redis_restart(
+    redis_aof: RedisServer, graph: GraphProcess, llm_server: ScriptedLLMServer, crash: bool
+) -> None:
+    g = graph
+    db = g.data_dir / "records.db"
+    pid = g.proc.pid if g.proc else None
+    add_old_record(db)
+    n = older(db)
+    sid = new_session()
+    llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
+    async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
+        events = await post_sse(c, "/api/v1/process_message", message_body(sid, "delete old"), g.headers)
+        assert kinds(events) == ["hitl_request", "done"]
+        q = events[0]
+        assert isinstance(q, HitlRequest)
+
+        assert redis_aof.proc is not None
+        if crash:
+            redis_aof.proc.send_signal(signal.SIGKILL)
+            redis_aof.proc.wait()
+            redis_aof.proc = None
+        else:
+            redis_aof.stop()  # SIGTERM: a clean shutdown
+        assert (await c.get("/health")).status_code == 503  # the outage is reported
+        start = time.monotonic()
+        refused = await c.post(
+            "/api/v1/process_message", json=message_body(new_session(), "hi"), headers=g.headers
+        )
+        print(f"\nRedis down: a new message is refused after {time.monotonic() - start:.2f}s")
+        assert refused.status_code == 503 and refused.json()["error_code"] == "redis_unavailable"
+
+        redis_aof.start()  # same port, same directory: the append-only file is replayed
+        assert wait_until(lambda: httpx.get(f"{g.url}/health").status_code == 200, 30)
+
+        llm_server.push_text("Deleted.")
+        events = await post_sse(
+            c,
+            "/api/v1/submit_feedback",
+            {"session_id": sid.format(), "response": "yes", "interrupt_id": q.interrupt_id},
+            g.headers,
+        )
+        assert kinds(events)[-2:] == ["text_final", "done"], events
+        assert events[-2] == TextFinal(content="Deleted.", is_final=True)
+        assert older(db) == 0 and n > 0
+        tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
+        assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]
+    assert g.proc is not None and g.proc.poll() is None and g.proc.pid == pid  # the same process all along

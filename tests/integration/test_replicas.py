@@ -36,6 +36,7 @@ PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
 class Replicas:
     def __init__(self, redis_url: str, data_dir: Path, llm_url: str) -> None:
         # One records DB for both, as a shared volume would be.
+        self.data_dir = data_dir
         self.a = GraphProcess(redis_url, data_dir, llm_url)
         self.b = GraphProcess(redis_url, data_dir, llm_url)
         self.proxy = RoundRobinProxy([("127.0.0.1", self.a.port), ("127.0.0.1", self.b.port)])
@@ -49,9 +50,13 @@ class Replicas:
         return httpx.AsyncClient(base_url=self.proxy.url, timeout=60)
 
 
-@pytest.fixture
-def replicas(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> Iterator[Replicas]:
-    r = Replicas(redis_url, tmp_path, llm_server.base_url)
+@pytest.fixture(scope="module")
+def _replicas(
+    redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Replicas]:
+    """Started once for the module (a service start costs seconds); the tests use sessions of
+    their own and look only at the proxy's latest routes."""
+    r = Replicas(redis_url, tmp_path_factory.mktemp("replicas"), _llm_session.base_url)
     try:
         r.a.start()
         r.b.start()
@@ -63,16 +68,26 @@ def replicas(redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path) -> I
         r.b.stop()
 
 
+@pytest.fixture
+def replicas(_replicas: Replicas, llm_server: ScriptedLLMServer) -> Replicas:
+    """Both replicas up: one a test killed is started again (same port)."""
+    for g in (_replicas.a, _replicas.b):
+        if g.proc is None:
+            g.start()
+    return _replicas
+
+
 def older(db: Path) -> int:
     with sqlite3.connect(db) as c:
         return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
 
 
 async def test_asked_through_one_replica_answered_through_the_other(
-    replicas: Replicas, llm_server: ScriptedLLMServer, tmp_path: Path
+    replicas: Replicas, llm_server: ScriptedLLMServer
 ) -> None:
     sid = new_session()
-    n = older(tmp_path / "records.db")
+    db = replicas.data_dir / "records.db"
+    n = older(db)
     llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
     async with replicas.client() as c:
         events = await post_sse(c, PM, message_body(sid, "delete old records"), replicas.headers)
@@ -87,7 +102,7 @@ async def test_asked_through_one_replica_answered_through_the_other(
     assert events[-2:] == [TextFinal(content="Deleted.", is_final=True), events[-1]]
     asked_at, answered_at = replicas.proxy.routed[-2:]
     assert asked_at is not None and answered_at is not None and asked_at != answered_at
-    assert n > 0 and older(tmp_path / "records.db") == 0
+    assert n > 0 and older(db) == 0
     tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
     assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]  # ran once
 

@@ -1,9 +1,11 @@
 """`vagent`, the operators' one command, as installed: every level answers --help, the shell
 completion works, and `vagent admin genkey` makes keys (production needs no dev tool for it).
 
-A subprocess each: the console script, its program name and its exit codes are what an
-operator meets. The commands' own behaviour is tested with Redis in test_docs_cli.py,
-test_audit_cli_redis.py and test_forget.py."""
+A subprocess for every group and top-level behaviour: the console script, its program name and
+its exit codes are what an operator meets. Each command's own -h runs in this process
+(tests/support/vagent_cli.py, the same app), as its group's --help already proved the process.
+The commands' own behaviour is tested with Redis in test_docs_cli.py, test_audit_cli_redis.py
+and test_forget.py."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
+
+from tests.support.vagent_cli import run_vagent
 
 BIN = Path(sys.executable).parent
 COMMANDS = {
@@ -42,8 +46,7 @@ def listed(help_text: str) -> list[str]:
 
 
 def test_the_top_level_help_lists_every_group_and_completion() -> None:
-    for flag in ("--help", "-h"):
-        top = vagent(flag)
+    for top in (vagent("--help"), run_vagent(["-h"], os.environ)):
         assert top.returncode == 0, top.stderr
         assert top.stdout.startswith("Usage: vagent [OPTIONS] COMMAND [ARGS]...")
         assert listed(top.stdout) == ["usage", "docs", "audit", "trace", "admin"]
@@ -62,7 +65,7 @@ def test_every_group_and_command_answers_help(group: str) -> None:
     for command in COMMANDS[group]:
         if f"{group} {command}" in COMMANDS:
             continue  # a group of its own
-        sub = vagent(*words, command, "-h")
+        sub = run_vagent([*words, command, "-h"], os.environ)
         assert sub.returncode == 0, sub.stderr
         assert sub.stdout.startswith(f"Usage: vagent {group} {command} [OPTIONS]")
 
@@ -91,5 +94,5 @@ def test_genkey_prints_a_fernet_key() -> None:
     assert len(done.stdout.splitlines()) == 1
     fernet = Fernet(key.encode())
     assert fernet.decrypt(fernet.encrypt(b"x")) == b"x"
-    again = vagent("admin", "genkey")
+    again = run_vagent(["admin", "genkey"], os.environ)
     assert again.stdout.strip() != key

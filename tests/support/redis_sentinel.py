@@ -2,7 +2,9 @@
 JSON modules) and one sentinel, all on free 127.0.0.1 ports.
 
 The sentinel is the same redis-server binary in sentinel mode, with quorum 1 and short
-timeouts so a forced failover (`SENTINEL FAILOVER`) finishes in seconds.
+timeouts so a forced failover (`SENTINEL FAILOVER`) finishes in seconds. Both servers start a
+replica's full sync at once (`repl-diskless-sync-delay 0`; Redis' default waits 5 s for more
+replicas to share the transfer, which only slows a test down).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from procutil import free_port, stop_process, wait_until
 from redis_local import RedisServer, binaries
 
 SERVICE = "vagentmaster"
+#: No wait before a full sync (see the module docstring).
+SYNC_AT_ONCE = ("--repl-diskless-sync-delay", "0")
 
 
 def client(port: int) -> redis.Redis:
@@ -34,9 +38,11 @@ class SentinelSetup:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.master = RedisServer(free_port(), data_dir / "a")
+        self.master = RedisServer(free_port(), data_dir / "a", extra_args=SYNC_AT_ONCE)
         self.replica = RedisServer(
-            free_port(), data_dir / "b", extra_args=("--replicaof", "127.0.0.1", str(self.master.port))
+            free_port(),
+            data_dir / "b",
+            extra_args=(*SYNC_AT_ONCE, "--replicaof", "127.0.0.1", str(self.master.port)),
         )
         self.sentinel_port = free_port()
         self.sentinel: subprocess.Popen[bytes] | None = None
@@ -72,12 +78,19 @@ class SentinelSetup:
         return self
 
     def _sentinel_sees_replica(self) -> bool:
+        """The sentinel has connected to the replica and seen its link to the master up, so
+        it would promote it (before that, `SENTINEL FAILOVER` answers NOGOODSLAVE)."""
         try:
             with client(self.sentinel_port) as c:
                 replicas = c.execute_command("SENTINEL", "REPLICAS", SERVICE)
         except redis.RedisError:
             return False
-        return str(self.replica.port) in str(replicas)
+        return any(
+            str(r.get("port")) == str(self.replica.port)
+            and r.get("flags") == "slave"
+            and r.get("master-link-status") == "ok"
+            for r in replicas
+        )
 
     def master_port(self) -> int | None:
         """The master's port as the sentinel reports it."""
@@ -110,19 +123,53 @@ class SentinelSetup:
         the old master, which goes on accepting writes until a sentinel turns it into a
         replica (up to about 10 s later: `wait_demoted`)."""
         old, new = self.current()
-        with client(self.sentinel_port) as c:
-            c.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        if not wait_until(self._start_failover, timeout, interval=0.1):
+            raise TimeoutError("the sentinel found no replica to promote")
         if not wait_until(lambda: self.master_port() == new.port, timeout, interval=0.05):
             raise TimeoutError("the sentinel did not switch masters")
         return old
 
-    def wait_demoted(self, old: RedisServer, timeout: float = 30) -> None:
-        """Until the old master is a replica (the sentinel then closes its clients' connections)."""
-        if not wait_until(lambda: self._role(old.port) == "slave", timeout, interval=0.05):
-            raise TimeoutError("the old master was not turned into a replica")
+    def _start_failover(self) -> bool:
+        """False while the sentinel knows no replica fit to promote (it learns a replica's
+        state from its INFO, sent every few seconds)."""
+        with client(self.sentinel_port) as c:
+            try:
+                c.execute_command("SENTINEL", "FAILOVER", SERVICE)
+            except redis.ResponseError as exc:
+                if str(exc).startswith("NOGOODSLAVE"):
+                    return False
+                raise
+        return True
+
+    def wait_demoted(self, old: RedisServer, timeout: float = 30, hurry: bool = False) -> None:
+        """Until the old master is a replica (the sentinel then closes its clients' connections).
+
+        `hurry`: for a test that has seen what it needs of the window before: the sentinel
+        demotes the old master 4 publish periods after the switch, on its next INFO (about
+        10 s with the defaults); `SENTINEL DEBUG` shortens both periods while this waits, so
+        it takes about a second, and puts them back afterwards."""
+        with client(self.sentinel_port) as c:
+            periods = c.execute_command("SENTINEL", "DEBUG") if hurry else {}
+            if hurry:
+                c.execute_command("SENTINEL", "DEBUG", "info-period", 100, "publish-period", 100)
+        try:
+            if not wait_until(lambda: self.role(old.port) == "slave", timeout, interval=0.05):
+                raise TimeoutError("the old master was not turned into a replica")
+        finally:
+            if hurry:
+                with client(self.sentinel_port) as c:
+                    c.execute_command(
+                        "SENTINEL",
+                        "DEBUG",
+                        "info-period",
+                        periods["INFO-PERIOD"],
+                        "publish-period",
+                        periods["PUBLISH-PERIOD"],
+                    )
 
     @staticmethod
-    def _role(port: int) -> str | None:
+    def role(port: int) -> str | None:
+        """"master" or "slave" as the server says; None when it does not answer."""
         try:
             return info_field(port, "role")
         except redis.RedisError:

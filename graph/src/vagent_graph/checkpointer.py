@@ -8,12 +8,15 @@ from typing import TypeVar
 
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from redis.asyncio import Redis
+from redisvl.exceptions import RedisSearchError
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 #: Entries the checkpointer's key cache may hold (the synchronous RedisSaver's own limit).
 KEY_CACHE_MAX = 1000
+#: Index creations lost to another replica that we retry (the saver creates three).
+SETUP_ATTEMPTS = 4
 
 
 class BoundedKeyCache(dict[K, V]):
@@ -44,5 +47,19 @@ async def open_checkpointer(redis: Redis, ttl_minutes: int) -> AsyncShallowRedis
         ttl={"default_ttl": ttl_minutes, "refresh_on_read": True},
     )
     saver._key_cache = BoundedKeyCache()  # unbounded in the library (see BoundedKeyCache)
-    await saver.asetup()
+    await set_up_indexes(saver)
     return saver
+
+
+async def set_up_indexes(saver: AsyncShallowRedisSaver) -> None:
+    """The saver's search indexes, also when replicas start at the same moment on a new Redis.
+
+    Why: asetup checks whether each index exists, then creates it; a replica that loses that
+    race got "Index already exists" and exited at startup. Another try sees the index."""
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        try:
+            await saver.asetup()
+            return
+        except RedisSearchError as exc:
+            if "already exists" not in str(exc) or attempt == SETUP_ATTEMPTS:
+                raise
