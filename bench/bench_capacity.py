@@ -80,10 +80,12 @@ for _p in (ROOT, ROOT / "scripts"):
 from bench.common import (  # noqa: E402
     INTERRUPTED,
     BenchError,
+    child_pids,
     default_results_path,
     fork_child,
     machine_info,
     make_results,
+    pin_threads,
     print_log_tail,
     print_machine,
     run_main,
@@ -526,23 +528,6 @@ def rss_mb(pid: int) -> float:
     return math.nan
 
 
-def _children() -> list[int]:
-    me, out = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == me:
-                    out.append(int(entry.name))
-    return out
-
-
-def _pin(pid: int, cpus: set[int]) -> None:
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(int(task.name), cpus)
-
-
 def place(placement: str, graph_pids: Sequence[int]) -> str:
     """split: the graph processes on the first CPU, everything else (this process, the
     clients, the stand-in, Redis) on the others, so the measured process never shares
@@ -555,8 +540,8 @@ def place(placement: str, graph_pids: Sequence[int]) -> str:
         os.sched_setaffinity(0, rest)
     except OSError as exc:
         return f"left to the kernel (pinning refused: {exc})"
-    for pid in _children():
-        _pin(pid, graph if pid in graph_pids else rest)
+    for pid in child_pids():
+        pin_threads(pid, graph if pid in graph_pids else rest)
     others = ",".join(map(str, cpus[1:]))
     return f"split: graph on CPU {cpus[0]}; clients, stand-in, Redis and the bench on CPU {others}"
 

@@ -218,7 +218,7 @@ class HasProc(Protocol):
     def proc(self) -> subprocess.Popen[bytes] | None: ...
 
 
-def _children() -> list[int]:
+def child_pids() -> list[int]:
     """PIDs of this process's children (Linux /proc)."""
     me, out = os.getpid(), []
     for entry in Path("/proc").iterdir():
@@ -230,7 +230,7 @@ def _children() -> list[int]:
     return out
 
 
-def _pin(pid: int, cpus: set[int]) -> None:
+def pin_threads(pid: int, cpus: set[int]) -> None:
     """Every thread of `pid`; a process that is gone meanwhile is skipped."""
     with contextlib.suppress(OSError):
         for task in Path(f"/proc/{pid}/task").iterdir():
@@ -254,8 +254,8 @@ def place_processes(placement: str, services: Sequence[HasProc]) -> str:
         os.sched_setaffinity(0, measured)
     except OSError as exc:  # e.g. a container that forbids it
         return f"left to the kernel (pinning refused: {exc})"
-    for pid in _children():
-        _pin(pid, measured if pid in service_pids else rest)
+    for pid in child_pids():
+        pin_threads(pid, measured if pid in service_pids else rest)
     return (
         f"split: bare (this process) and the service on CPU {cpus[0]}; "
         f"client, LLM stand-in and Redis on CPU {','.join(map(str, cpus[1:]))}"

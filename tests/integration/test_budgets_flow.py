@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import uuid
@@ -34,6 +33,7 @@ from redis.asyncio import Redis
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import JSON, PlannedResponse, ScriptedLLMServer, TextResponse, _prompt_tokens
+from tests.support.records import CUTOFF, older
 from tests.support.sse import post_sse
 from vagent_shared import SessionId, redis_keys
 from vagent_shared.audit import AuditEvent
@@ -43,7 +43,6 @@ from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
 ADMIN = "test-admin-token-budgets"
 LIMIT = 100_000
-CUTOFF = "2020-01-01"
 BIN = Path(sys.executable).parent
 
 
@@ -300,7 +299,3 @@ def vagent(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         [str(BIN / "vagent"), "usage", *args], env=env, capture_output=True, text=True, timeout=30
     )
 
-
-def older(db: Path) -> int:
-    with sqlite3.connect(db) as c:
-        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])

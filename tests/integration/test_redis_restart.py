@@ -8,10 +8,8 @@ append-only file replayed) the answer resumes the parked run, the tool runs once
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -21,23 +19,12 @@ from redis_local import RedisServer
 from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.records import CUTOFF, add_old_record, older
 from tests.support.sse import kinds, post_sse
 from vagent_shared.events import HitlRequest, TextFinal
 
-CUTOFF = "2020-01-01"
 #: `always`: every write is on disk before it is answered, so even kill -9 loses nothing.
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
-
-
-def older(db: Path) -> int:
-    with sqlite3.connect(db) as c:
-        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
-
-
-def add_old_record(db: Path) -> None:
-    """One record the test's delete has to remove (a test before may have removed the seeded ones)."""
-    with sqlite3.connect(db) as c:
-        c.execute("INSERT INTO records (customer, amount, created_at) VALUES ('Old Co', 1.0, '2019-06-01')")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ timeout).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,13 @@ from httpx_sse import aconnect_sse
 from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.records import CUTOFF, older
 from tests.support.sse import kinds, post_sse
 from tests.support.tcp_proxy import RoundRobinProxy
 from vagent_graph.session_lock import LEASE_SECONDS
 from vagent_shared import parse_sse_event
 from vagent_shared.events import HitlRequest, TextChunk, TextFinal, TurnStarted
 
-CUTOFF = "2020-01-01"
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
 
 
@@ -75,11 +74,6 @@ def replicas(_replicas: Replicas, llm_server: ScriptedLLMServer) -> Replicas:
         if g.proc is None:
             g.start()
     return _replicas
-
-
-def older(db: Path) -> int:
-    with sqlite3.connect(db) as c:
-        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
 
 
 async def test_asked_through_one_replica_answered_through_the_other(

@@ -13,15 +13,9 @@ import pytest
 from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.records import CUTOFF, older
 from tests.support.sse import kinds, post_sse
 from vagent_shared.events import HitlRequest, TextFinal
-
-CUTOFF = "2020-01-01"
-
-
-def older(db: Path) -> int:
-    with sqlite3.connect(db) as c:
-        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
 
 
 @pytest.fixture(scope="module")

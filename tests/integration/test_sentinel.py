@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
@@ -27,6 +25,7 @@ from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.procs import BIN
+from tests.support.records import CUTOFF, older
 from tests.support.redis_sentinel import SentinelSetup
 from tests.support.sse import kinds, post_sse
 from tests.support.vagent_cli import run_vagent
@@ -36,8 +35,6 @@ from vagent_shared.events import HitlRequest, TextFinal
 from vagent_shared.hitl import PendingQuestion
 from vagent_shared.redis_connect import FollowingSentinelPool
 from vagent_shared.settings import BotSettings
-
-CUTOFF = "2020-01-01"
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +54,6 @@ def graph(
         yield g
     finally:
         g.stop()
-
-
-def older(db: Path) -> int:
-    with sqlite3.connect(db) as c:
-        return int(c.execute("SELECT COUNT(*) FROM records WHERE created_at < ?", (CUTOFF,)).fetchone()[0])
 
 
 @dataclass
