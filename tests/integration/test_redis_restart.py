@@ -19,9 +19,7 @@ from redis_local import RedisServer
 from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
-from tests.support.records import CUTOFF, add_old_record, older
-from tests.support.sse import kinds, post_sse
-from vagent_shared.events import HitlRequest, TextFinal
+from tests.support.records import add_old_record, ask_to_delete, confirm_delete, older
 
 #: `always`: every write is on disk before it is answered, so even kill -9 loses nothing.
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
@@ -55,14 +53,9 @@ async def test_a_question_survives_a_redis_restart(
     db = g.data_dir / "records.db"
     pid = g.proc.pid if g.proc else None
     add_old_record(db)
-    n = older(db)
-    sid = new_session()
-    llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
+    assert older(db) > 0
     async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
-        events = await post_sse(c, "/api/v1/process_message", message_body(sid, "delete old"), g.headers)
-        assert kinds(events) == ["hitl_request", "done"]
-        q = events[0]
-        assert isinstance(q, HitlRequest)
+        sid, q = await ask_to_delete(c, g, llm_server)
 
         assert redis_aof.proc is not None
         if crash:
@@ -82,16 +75,5 @@ async def test_a_question_survives_a_redis_restart(
         redis_aof.start()  # same port, same directory: the append-only file is replayed
         assert wait_until(lambda: httpx.get(f"{g.url}/health").status_code == 200, 30)
 
-        llm_server.push_text("Deleted.")
-        events = await post_sse(
-            c,
-            "/api/v1/submit_feedback",
-            {"session_id": sid.format(), "response": "yes", "interrupt_id": q.interrupt_id},
-            g.headers,
-        )
-        assert kinds(events)[-2:] == ["text_final", "done"], events
-        assert events[-2] == TextFinal(content="Deleted.", is_final=True)
-        assert older(db) == 0 and n > 0
-        tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
-        assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]
+        await confirm_delete(c, g, llm_server, sid, q)
     assert g.proc is not None and g.proc.poll() is None and g.proc.pid == pid  # the same process all along

@@ -25,13 +25,13 @@ from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.procs import BIN
-from tests.support.records import CUTOFF, older
+from tests.support.records import ask_to_delete, confirm_delete, older
 from tests.support.redis_sentinel import SentinelSetup
 from tests.support.sse import kinds, post_sse
 from tests.support.vagent_cli import run_vagent
 from vagent_bot.__main__ import redis_client
 from vagent_bot.hitl_store import HitlStore
-from vagent_shared.events import HitlRequest, TextFinal
+from vagent_shared.events import TextFinal
 from vagent_shared.hitl import PendingQuestion
 from vagent_shared.redis_connect import FollowingSentinelPool
 from vagent_shared.settings import BotSettings
@@ -93,14 +93,9 @@ async def test_a_question_survives_a_failover(
 ) -> None:
     g = graph
     db = g.data_dir / "records.db"
-    n = older(db)
-    sid = new_session()
-    llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
+    assert older(db) > 0
     async with httpx.AsyncClient(base_url=g.url, timeout=60) as c:
-        events = await post_sse(c, "/api/v1/process_message", message_body(sid, "delete old"), g.headers)
-        assert kinds(events) == ["hitl_request", "done"]
-        q = events[0]
-        assert isinstance(q, HitlRequest)
+        sid, q = await ask_to_delete(c, g, llm_server)
         assert wait_until(sentinel.in_sync, 20), "the replica never caught up"
 
         probe, stop = Probe(), asyncio.Event()
@@ -124,17 +119,7 @@ async def test_a_question_survives_a_failover(
         )
         assert probe.outcomes and probe.outcomes[-1][1] == 200  # over: requests work again
 
-        llm_server.push_text("Deleted.")
-        events = await post_sse(
-            c,
-            "/api/v1/submit_feedback",
-            {"session_id": sid.format(), "response": "yes", "interrupt_id": q.interrupt_id},
-            g.headers,
-        )
-        assert kinds(events)[-2:] == ["text_final", "done"]
-        assert older(db) == 0 and n > 0
-        tool_msgs = [m for m in llm_server.requests[-1]["messages"] if m["role"] == "tool"]
-        assert len(tool_msgs) == 1 and "Deleted" in tool_msgs[0]["content"]
+        await confirm_delete(c, g, llm_server, sid, q)
 
         asked = len(llm_server.requests)
         llm_server.push_text("Anything else?")
