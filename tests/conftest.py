@@ -33,6 +33,17 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+@pytest.fixture(scope="module")
+def module_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis of the module's own. For the modules that build and drop many FalkorDB graphs:
+    the module crashed the server once (SIGSEGV in Globals_RemoveGraphByName on a DEL, under
+    heavy load, not reproduced since); on its own server a crash fails that module, not the
+    hundreds of tests that share the session's."""
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("module-redis")).start()
+    yield server.url
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def _llm_session() -> Iterator[ScriptedLLMServer]:
     with ScriptedLLMServer() as server:

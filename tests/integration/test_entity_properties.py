@@ -182,6 +182,11 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
+def redis_url(module_redis_url: str) -> str:
+    """Graphs are built and dropped here on a Redis of this module's own (tests/conftest.py)."""
+    return module_redis_url
+
+@pytest.fixture(scope="module")
 async def lab(redis_url: str) -> AsyncIterator[Lab]:
     redis = Redis.from_url(redis_url)
     prefix = f"test_kg_{uuid.uuid4().hex[:12]}"

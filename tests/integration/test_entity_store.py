@@ -32,6 +32,11 @@ ORG = load_files([FIXTURES / "org.json"])
 STAFF = ["entity_tag:staff", "entity_tag:public"]
 
 
+@pytest.fixture(scope="module")
+def redis_url(module_redis_url: str) -> str:
+    """Graphs are built and dropped here on a Redis of this module's own (tests/conftest.py)."""
+    return module_redis_url
+
 @pytest.fixture
 async def redis(redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_url)
