@@ -1590,10 +1590,7 @@ def run(cfg: Config) -> dict[str, Any]:
         services = [*{id(v.service): v.service for v in variants}.values()]
         services += [s for s in (park_service, control_service) if s is not None]
         stack.callback(stop_together, services)
-        # at once, but the first on each Redis alone: it creates the checkpointer's indexes
-        first = [current, *([park_service] if park_service is not None else [])]
-        start_together(first)
-        start_together([s for s in services if s not in first])
+        start_together(services)  # at once, as replicas may start (checkpointer.set_up_indexes)
         if mcp is not None:
             conf["mcp_server"] = {
                 "name": MCP_SERVER,

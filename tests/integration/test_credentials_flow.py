@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
@@ -230,10 +231,11 @@ async def counter(url: str, name: str, label: str) -> dict[str, float]:
     """The counter `name` by the value of `label`. Why: the module's graph counts every test's
     calls, so a test compares its before and after."""
     values: dict[str, float] = {}
-    for line in (await metrics_text(url)).splitlines():
-        if line.startswith(name + "{"):
-            key = line.split(f'{label}="')[1].split('"')[0]
-            values[key] = values.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    for family in text_string_to_metric_families(await metrics_text(url)):
+        for sample in family.samples:
+            if sample.name == name:
+                key = sample.labels[label]
+                values[key] = values.get(key, 0.0) + sample.value
     return values
 
 

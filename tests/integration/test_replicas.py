@@ -71,7 +71,7 @@ def _replicas(
 def replicas(_replicas: Replicas, llm_server: ScriptedLLMServer) -> Replicas:
     """Both replicas up: one a test killed is started again (same port)."""
     for g in (_replicas.a, _replicas.b):
-        if g.proc is None:
+        if not g.running:
             g.start()
     return _replicas
 

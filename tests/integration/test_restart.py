@@ -10,12 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.factories import message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
-from tests.support.records import CUTOFF, older
+from tests.support.records import CUTOFF, ask_to_delete, older
 from tests.support.sse import kinds, post_sse
-from vagent_shared.events import HitlRequest, TextFinal
+from vagent_shared.events import TextFinal
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +49,9 @@ async def test_confirmation_survives_a_restart(
     db = g.data_dir / "records.db"
     n = older(db)
     assert n > 0
-    sid = new_session()
-    llm_server.push_tool_calls([("delete_records", {"older_than": CUTOFF})])
     async with httpx.AsyncClient(base_url=g.url, timeout=30) as c:
-        events = await post_sse(
-            c, "/api/v1/process_message", message_body(sid, "delete records older than 2020"), g.headers
-        )
-    assert kinds(events) == ["hitl_request", "done"]
-    q = events[0]
-    assert isinstance(q, HitlRequest) and q.question == f"Delete {n} records older than {CUTOFF}?"
+        sid, q = await ask_to_delete(c, g, llm_server)
+    assert q.question == f"Delete {n} records older than {CUTOFF}?"
 
     g.kill() if crash else g.stop()  # nothing is held in memory while the human thinks
     g.start()
