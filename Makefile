@@ -37,8 +37,8 @@ soak: venv  ## fault soak: the bot SIGKILLed at random over SOAK_MESSAGES (500) 
 unit: venv  ## only the fast tests that need no server
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-redis: venv  ## local Redis 8 + search + JSON on 127.0.0.1:$${REDIS_PORT:-6390}, data in .data/redis
-	$(BIN)/python scripts/redis_local.py --port $${REDIS_PORT:-6390} --dir .data/redis
+redis: venv  ## local Redis 8 + search + JSON on 127.0.0.1:$${REDIS_PORT:-6390}, data in .data/redis (make run's main one; no entity graphs)
+	$(BIN)/python scripts/redis_local.py --port $${REDIS_PORT:-6390} --dir .data/redis --modules main
 
 bench-graph: venv  ## benchmark: bare graph.astream vs the HTTP/SSE service
 	$(BIN)/python bench/bench_graph.py $(BENCH_ARGS)

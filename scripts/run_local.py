@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """`make run`: the whole product on embedded defaults, in the foreground; Ctrl-C stops it all.
 
-Starts, each on 127.0.0.1: Redis 8 with search + JSON (unless REDIS_URL is set), a throwaway
+Starts, each on 127.0.0.1: Redis 8 with search + JSON (unless REDIS_URL is set), a second
+Redis with the FalkorDB graph module for the entity graphs (unless ENTITY_REDIS_URL is set;
+apart, so a crash of the graph module cannot take the conversations with it), a throwaway
 Synapse homeserver with the bot and demo users (unless MATRIX_HOMESERVER is set), the
 development AccessControlProvider with the demo policy, the DEVELOPMENT Credential Registry
 (`vagent-credentials`, deploy/dev/credentials.yaml), the demo ticket service
@@ -34,10 +36,12 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+from procutil import read_log  # noqa: E402
+
 from redis_local import RedisServer  # noqa: E402
 from synapse_local import SynapseServer  # noqa: E402
 
@@ -168,6 +172,35 @@ def ingest_demo(env: dict[str, str]) -> None:
         raise SystemExit("run: ingesting the demo documents failed (see above)")
 
 
+#: What redis-server logs when its data was saved with a module it was not started with.
+_NEEDS_GRAPH_MODULE = "no matching module 'graphdata'"
+
+
+def start_redis(port: int, data: Path, modules: Literal["main", "entities"], what: str) -> RedisServer | None:
+    """Our local Redis (None: one already answers on `port`, not ours to stop).
+
+    The main one runs without the graph module. Its data from before the entity graphs had a
+    Redis of their own cannot be read without it (FalkorDB writes its own records into every
+    save): that Redis keeps loading the module, unused, and says how to start it clean."""
+    server = RedisServer(port, data, modules=modules)
+    if server.ping():
+        say(f"run: reusing the Redis already on port {port} ({what})")
+        return None
+    seen = len(read_log(data / "redis.log"))
+    try:
+        server.start()
+    except RuntimeError:
+        if modules != "main" or _NEEDS_GRAPH_MODULE not in read_log(data / "redis.log")[seen:]:
+            raise
+        say(
+            f"run: {data} was saved with the graph module loaded (before the entities had a Redis"
+            f" of their own), so this Redis keeps loading it, unused; `rm -r {data}` starts it clean"
+        )
+        server = RedisServer(port, data, modules="all").start()
+    say(f"run: Redis 8 ({what}) on 127.0.0.1:{port}, data in {data}")
+    return server
+
+
 def fernet_key() -> str:
     """A new Fernet key (32 random bytes, url-safe base64), as `vagent admin genkey` prints."""
     return base64.urlsafe_b64encode(os.urandom(32)).decode()
@@ -192,6 +225,7 @@ def main() -> int:
     color = sys.stdout.isatty()
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
     redis: RedisServer | None = None
+    entity_redis: RedisServer | None = None
     synapse: SynapseServer | None = None
 
     def start(name: str, command: str, extra: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -204,18 +238,18 @@ def main() -> int:
         return proc
 
     redis_given = bool(env.get("REDIS_URL"))
+    entity_redis_given = bool(env.get("ENTITY_REDIS_URL"))
     try:
         if not redis_given:
-            redis = RedisServer(int(env.get("REDIS_PORT", "6390")), DATA / "redis")
-            if redis.ping():
-                say(f"run: reusing the Redis already on port {redis.port}")
-                redis = RedisServer(redis.port, redis.data_dir)  # not ours to stop
-                env["REDIS_URL"] = redis.url
-                redis = None
-            else:
-                redis.start()
-                say(f"run: Redis 8 (search + JSON) on 127.0.0.1:{redis.port}, data in {DATA / 'redis'}")
-                env["REDIS_URL"] = redis.url
+            redis_port = int(env.get("REDIS_PORT", "6390"))
+            redis = start_redis(redis_port, DATA / "redis", "main", "search + JSON")
+            env["REDIS_URL"] = RedisServer(redis_port, DATA / "redis").url
+        if not entity_redis_given:
+            entity_port = int(env.get("ENTITY_REDIS_PORT", "6391"))
+            entity_redis = start_redis(
+                entity_port, DATA / "entity-redis", "entities", "graph module, for entities"
+            )
+            env["ENTITY_REDIS_URL"] = RedisServer(entity_port, DATA / "entity-redis").url
         own_homeserver = not env.get("MATRIX_HOMESERVER")
         if own_homeserver:
             synapse = SynapseServer(int(env.get("SYNAPSE_PORT", "8008")), DATA / "synapse", for_tests=False)
@@ -324,6 +358,7 @@ def main() -> int:
         # The CLIs default to port 6379: name our Redis (a REDIS_URL of yours is yours to pass,
         # and may hold a password, so it is not printed).
         redis_env = "" if redis_given else f"REDIS_URL={env['REDIS_URL']} "
+        docs_env = redis_env + ("" if entity_redis_given else f"ENTITY_REDIS_URL={env['ENTITY_REDIS_URL']} ")
         audit_stream = env.get("AUDIT_STREAM") or "vagent:audit"
         homeserver = (
             f"""  homeserver      {env["MATRIX_HOMESERVER"]}  (throwaway; demo users:)
@@ -337,7 +372,7 @@ vagent is running.
   bot             {env["MATRIX_USER"]}   (health: http://127.0.0.1:{health_port}/health)
   graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note};
                   admin API: /admin/v1, {admin_note})
-  documents       `{redis_env}.venv/bin/vagent docs list` (demo: deploy/dev/knowledge/README.md)
+  documents       `{docs_env}.venv/bin/vagent docs list` (demo: deploy/dev/knowledge/README.md)
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
   credentials     {creds_url}   (DEVELOPMENT registry; policy: {env["CREDENTIALS_POLICY_FILE"]}{creds_note})
   tickets         http://127.0.0.1:{tickets_port}   (demo ticket service; data: {env["TICKETS_DB_PATH"]})
@@ -381,6 +416,8 @@ Ctrl-C stops everything.
                 p.kill()
         if synapse is not None:
             synapse.stop()
+        if entity_redis is not None:
+            entity_redis.stop()
         if redis is not None:
             redis.stop()
 

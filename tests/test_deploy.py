@@ -100,6 +100,7 @@ KNOWLEDGE_ENV = {
     "DOCS_VECTOR_ALGORITHM",
     "SEARCH_TOP_K",
     "ENTITY_GRAPH",
+    "ENTITY_REDIS_URL",
     "GRAPH_ADMIN_TOKEN",
     "MAX_INGEST_BYTES",
 }
@@ -122,6 +123,7 @@ INGEST_SHARED_ENV = {
     "DOCS_INDEX",
     "DOCS_VECTOR_ALGORITHM",
     "ENTITY_GRAPH",
+    "ENTITY_REDIS_URL",
     "EMBEDDINGS_BASE_URL",
     "EMBEDDINGS_MODEL",
     "EMBEDDINGS_API_KEY",
@@ -176,6 +178,10 @@ AGENT_MOUNT = "/etc/vagent/agent.yaml"
 # it): each copy must be byte-equal.
 DEV_MIRRORS = ("acp-policy.yaml", "credentials.yaml", "tickets.yaml", "calendar.yaml", "agent.yaml")
 KNOWLEDGE_JOB = "vagent-knowledge"
+# The two Redis StatefulSets (one image): the main one without the graph module, the entity
+# graphs' own one (ENTITY_REDIS_URL) with it; and their compose services.
+REDIS_SETS = ("vagent-redis", "vagent-entity-redis")
+COMPOSE_REDIS = {"vagent-redis": "redis", "vagent-entity-redis": "entity-redis"}
 KNOWLEDGE_MOUNT = "/etc/vagent/knowledge"
 INGEST_ARGS = ["vagent", "docs", "ingest", "--manifest", f"{KNOWLEDGE_MOUNT}/manifest.yaml"]
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
@@ -614,7 +620,7 @@ def test_ports_commands_and_env_names(overlay: str) -> None:
     workloads = _workloads(docs)
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     for name, doc in workloads.items():
-        if name in ("vagent-redis", KNOWLEDGE_JOB):  # checked by their own tests
+        if name in (*REDIS_SETS, KNOWLEDGE_JOB):  # checked by their own tests
             continue
         assert name in WORKLOADS, f"unexpected workload {name}"
         allowed, command, port = WORKLOADS[name]
@@ -686,22 +692,42 @@ def test_labels_namespace_and_images(overlay: str) -> None:
         assert all(i.partition(":")[2] not in ("", "latest", "dev") for i in ours), ours
 
 
-def test_redis_statefulset() -> None:
+@pytest.mark.parametrize("name", REDIS_SETS)
+def test_redis_statefulsets(name: str) -> None:
+    """Two Redis StatefulSets of the one image: vagent-redis (checkpoints, confirmations,
+    audit, documents) without the graph module, vagent-entity-redis with it alone, so a crash
+    of the module cannot take the conversations with it."""
     for overlay in OVERLAYS:
         docs = rendered(overlay)
-        sts = _workloads(docs)["vagent-redis"]
+        sts = _workloads(docs)[name]
         assert sts["kind"] == "StatefulSet"
         (container,) = sts["spec"]["template"]["spec"]["containers"]
         assert container["image"].partition(":")[0] == "vagent-redis"
         # args only: the image entrypoint adds the bundled modules (search, JSON)
         assert "command" not in container and container["args"][0] == "redis-server"
-        # ... and the graph module, outside that folder, is loaded explicitly
-        assert _loaded_modules(container["args"]) == [_falkordb_module()], f"{overlay}: graph module"
-        assert sts["spec"]["volumeClaimTemplates"], "redis data must be persistent"
+        # ... and the graph module, outside that folder, is loaded explicitly where it is wanted
+        wanted = [_falkordb_module()] if name == "vagent-entity-redis" else []
+        assert _loaded_modules(container["args"]) == wanted, f"{overlay} {name}: graph module"
+        assert container["args"][container["args"].index("--appendonly") + 1] == "yes"
+        assert sts["spec"]["volumeClaimTemplates"], f"{name}: redis data must be persistent"
         (svc,) = [
             d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == sts["spec"]["serviceName"]
         ]
         assert svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+        assert [p["port"] for p in svc["spec"]["ports"]] == [6379]
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_the_graph_and_the_knowledge_job_use_the_entity_redis(overlay: str) -> None:
+    """ENTITY_REDIS_URL names the entity StatefulSet's Service; the graph reads it (and so
+    would the dev knowledge Job: test_knowledge_job_in_dev_only)."""
+    docs = rendered(overlay)
+    assert _config_value(docs, "vagent-config", "ENTITY_REDIS_URL") == "redis://vagent-entity-redis:6379/0"
+    assert _config_value(docs, "vagent-config", "REDIS_URL") == "redis://vagent-redis:6379/0"
+    graph = _env_by_name(_workloads(docs)["vagent-graph"]["spec"]["template"]["spec"]["containers"][0])
+    ref = graph["ENTITY_REDIS_URL"]["valueFrom"]["configMapKeyRef"]
+    assert ref["key"] == "ENTITY_REDIS_URL" and not ref.get("optional"), ref
 
 
 def test_prod_replicas_and_disruption_budget() -> None:
@@ -1077,16 +1103,24 @@ def _compose_env(service: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_compose_services_and_profiles() -> None:
-    services = _compose()["services"]
-    for name in ("redis", "graph", "bot"):
+    compose = _compose()
+    services = compose["services"]
+    for name in ("redis", "entity-redis", "graph", "bot"):
         assert name in services and not services[name].get("profiles"), name
     for name in ("acp", "synapse", "knowledge", "credentials", "tickets", "calendar", "stt"):
         assert services[name]["profiles"] == ["dev"], name
-    assert services["redis"]["image"] == "vagent-redis:local"
-    assert (ROOT / services["redis"]["build"]["context"]).resolve() == REDIS_DOCKERFILE.parent
-    assert "redis-cli" in services["redis"]["healthcheck"]["test"]
-    assert any(str(v).endswith(":/data") for v in services["redis"]["volumes"])
+    volumes = set()
+    for name in COMPOSE_REDIS.values():
+        assert services[name]["image"] == "vagent-redis:local"
+        assert (ROOT / services[name]["build"]["context"]).resolve() == REDIS_DOCKERFILE.parent
+        assert "redis-cli" in services[name]["healthcheck"]["test"]
+        (volume,) = [str(v).split(":")[0] for v in services[name]["volumes"] if str(v).endswith(":/data")]
+        assert volume in compose["volumes"], f"{name}: data on a named volume"
+        volumes.add(volume)
+    assert len(volumes) == 2, "each Redis keeps its own data"
     assert services["graph"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    # entity lookups say they are unavailable until it answers: the graph does not wait for it
+    assert "entity-redis" not in services["graph"]["depends_on"]
     assert services["bot"]["depends_on"]["graph"]["condition"] == "service_healthy"
     assert "8000:8000" in services["graph"]["ports"]
     for name in ("graph", "bot"):
@@ -1148,14 +1182,25 @@ def test_compose_secrets_have_no_default() -> None:
         assert token.startswith("${GRAPH_API_TOKEN:?"), f"{sname}: GRAPH_API_TOKEN must be required"
 
 
-def test_compose_redis_loads_the_graph_module() -> None:
-    redis = _compose()["services"]["redis"]
+@pytest.mark.parametrize("name", REDIS_SETS)
+def test_compose_only_the_entity_redis_loads_the_graph_module(name: str) -> None:
+    redis = _compose()["services"][COMPOSE_REDIS[name]]
     command = redis["command"]
     assert isinstance(command, list) and command[0] == "redis-server"
     # `command` replaces the image's CMD (which loads it) but keeps its entrypoint
     # (which adds the bundled search + JSON modules).
     assert "entrypoint" not in redis
-    assert _loaded_modules(command) == [_falkordb_module()]
+    wanted = [_falkordb_module()] if name == "vagent-entity-redis" else []
+    assert _loaded_modules(command) == wanted
+    assert command[command.index("--appendonly") + 1] == "yes"
+
+
+def test_compose_entity_redis_url_names_the_entity_redis() -> None:
+    services = _compose()["services"]
+    for name in ("graph", "knowledge"):
+        env = _compose_env(services[name])
+        assert env["ENTITY_REDIS_URL"] == "redis://entity-redis:6379/0", name
+        assert env["REDIS_URL"] == "redis://redis:6379/0", name
 
 
 def test_compose_knowledge_service() -> None:
@@ -1165,6 +1210,7 @@ def test_compose_knowledge_service() -> None:
     assert knowledge["build"] == services["graph"]["build"]
     assert knowledge["command"] == INGEST_ARGS
     assert knowledge["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert knowledge["depends_on"]["entity-redis"]["condition"] == "service_healthy"  # it loads entities
     assert knowledge.get("restart") == "no", "a one-shot must not be restarted"
     mounts = {str(v).split(":")[1]: str(v).split(":") for v in knowledge["volumes"]}
     source, _, mode = mounts[KNOWLEDGE_MOUNT]
@@ -1404,16 +1450,20 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert {tuple(kw.get("labels", [])) for kw in resources.values()} == {("vagent",)}
     for kw in resources.values():
         assert set(kw.get("resource_deps", [])) <= workloads
-    # the demo knowledge is ingested once Redis is up
-    assert "vagent-redis" in resources[KNOWLEDGE_JOB]["resource_deps"]
+    # the demo knowledge is ingested once both Redis servers are up
+    assert set(REDIS_SETS) <= set(resources[KNOWLEDGE_JOB]["resource_deps"])
+    # ... and the graph does not wait for the entity Redis (lookups say they are unavailable)
+    assert "vagent-entity-redis" not in resources["vagent-graph"]["resource_deps"]
 
 
 def test_tiltfile_forwards_redis_and_has_manual_buttons() -> None:
-    """Redis on localhost:6379; integration-tests, redis-flush and api-docs run only when
-    clicked, and redis-flush can only ever reach the dev overlay's Redis."""
+    """Redis on localhost:6379, the entity Redis on 6380; integration-tests, redis-flush and
+    api-docs run only when clicked, and redis-flush can only ever reach the dev overlay's two
+    Redis servers."""
     calls, module = _eval_tiltfile()
     resources = {args[0]: kwargs for name, args, kwargs in calls if name == "k8s_resource"}
     assert "6379:6379" in [str(p) for p in resources["vagent-redis"]["port_forwards"]]
+    assert "6380:6379" in [str(p) for p in resources["vagent-entity-redis"]["port_forwards"]]
     buttons = {args[0]: kwargs for name, args, kwargs in calls if name == "local_resource"}
     assert set(buttons) == {"integration-tests", "redis-flush", "api-docs"}
     for name, kw in buttons.items():
@@ -1423,11 +1473,15 @@ def test_tiltfile_forwards_redis_and_has_manual_buttons() -> None:
     dev_docs = rendered("dev")
     namespaces = {d["metadata"].get("namespace") for d in dev_docs if d["kind"] in POD_KINDS}
     assert namespaces == {module["DEV_NAMESPACE"]}
-    flush = buttons["redis-flush"]["cmd"].split()
-    assert flush[:3] == ["kubectl", "--namespace", module["DEV_NAMESPACE"]]
-    kind, _, name = flush[flush.index("exec") + 1].partition("/")
-    redis = _workloads(dev_docs)[name]
-    assert redis["kind"].lower() == kind and "FLUSHALL" in flush
+    flushed = []
+    for command in buttons["redis-flush"]["cmd"].split(" && "):
+        flush = command.split()
+        assert flush[:3] == ["kubectl", "--namespace", module["DEV_NAMESPACE"]]
+        kind, _, name = flush[flush.index("exec") + 1].partition("/")
+        redis = _workloads(dev_docs)[name]
+        assert redis["kind"].lower() == kind and flush[-2:] == ["redis-cli", "FLUSHALL"]
+        flushed.append(name)
+    assert sorted(flushed) == sorted(REDIS_SETS)
     assert "http://localhost:8000/" in buttons["api-docs"]["cmd"]
     assert "8000:8000" in [str(p) for p in resources["vagent-graph"]["port_forwards"]]
     assert "tests/integration" in buttons["integration-tests"]["cmd"]
@@ -1630,7 +1684,7 @@ def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     assert "README.md" in doc  # the full list of settings lives there
     for text in ("--profile dev", "k8s/overlays/dev", "k8s/overlays/prod", "tilt up", SECRET_NAME):
         assert text in doc, text
-    for text in ("deploy/redis/Dockerfile", "vagent-redis", "FalkorDB", "vagent docs", KNOWLEDGE_JOB):
+    for text in ("deploy/redis/Dockerfile", *REDIS_SETS, "FalkorDB", "vagent docs", KNOWLEDGE_JOB):
         assert text in doc, text
     for text in (
         "vagent-credentials",

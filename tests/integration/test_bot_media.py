@@ -34,18 +34,22 @@ from vagent_bot import rooms
 from vagent_bot.access import AccessProvider
 from vagent_bot.conversation import Conversations
 from vagent_bot.downloads import TAMPERED, MediaDownloader, MediaRefused
+from vagent_bot.edit_pacing import EditThrottle
 from vagent_bot.event_router import EventRouter
 from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.images_out import post_image
 from vagent_bot.media import FILE_KINDS, VOICE_KINDS, EncryptedFile, Media, media_of_event
-from vagent_bot.questions import Questions
+from vagent_bot.questions import Questions, check_answer
+from vagent_bot.questions_out import post_question
+from vagent_bot.routing import parse_message, session_for
 from vagent_bot.sessions import SessionWorkers
+from vagent_bot.streaming import Answer
 from vagent_bot.tenants import Tenants
 from vagent_bot.transcribe import NOT_CONFIGURED, Transcriber, TranscriptionFailed
 from vagent_shared.events import ImageOut
-from vagent_shared.hitl import PendingQuestion
+from vagent_shared.hitl import PendingQuestion, format_question
 from vagent_shared.session import SessionId
 from vagent_shared.settings import BotSettings
 
@@ -533,32 +537,38 @@ async def test_a_caption_is_the_question_that_comes_with_the_file(make_bot: BotF
     assert [(name, data) for name, data, _ in attachments(request)] == [("cat.png", PNG)]
 
 
+def file_event(event_id: str, room: str, sender: str, content: dict[str, Any]) -> dict[str, Any]:
+    """An event as the homeserver serves it when the bot fetches it by id."""
+    return {
+        "type": "m.room.message",
+        "event_id": event_id,
+        "sender": sender,
+        "origin_server_ts": 1,
+        "room_id": room,
+        "content": content,
+    }
+
+
+def reply_to(event_id: str, body: str = "!ai summarise this", **content: Any) -> dict[str, Any]:
+    """An addressed rich reply to `event_id`."""
+    relates = {"m.in_reply_to": {"event_id": event_id}}
+    return {"msgtype": "m.text", "body": body, "m.relates_to": relates, **content}
+
+
 async def test_an_addressed_reply_to_a_file_brings_that_file_but_never_one_of_another_room(
     make_bot: BotFactory,
 ) -> None:
     bot = await make_bot()
     bot.outside.media["f3"] = PDF
-    bob = "@bob:localhost"
-    for event_id, room in (("$bobsfile", bot.group), ("$elsewhere", "!other:localhost")):
-        bot.outside.events[event_id] = {
-            "type": "m.room.message",
-            "event_id": event_id,
-            "sender": bob,
-            "origin_server_ts": 1,
-            "room_id": room,
-            "content": file_content("f3", "q3.pdf"),
-        }
+    for event_id, room in (("$myfile", bot.group), ("$elsewhere", "!other:localhost")):
+        bot.outside.events[event_id] = file_event(event_id, room, bot.user, file_content("f3", "q3.pdf"))
     bot.outside.graph_script = [("text_final", {"content": "Revenue grew."})]
 
-    def reply(to: str) -> dict[str, Any]:
-        body = "> <@bob:localhost> q3.pdf\n\n!ai summarise this"
-        return {"msgtype": "m.text", "body": body, "m.relates_to": {"m.in_reply_to": {"event_id": to}}}
-
-    await bot.handle(bot.group, reply("$bobsfile"))
-    await bot.handle(bot.group, reply("$elsewhere"))
+    await bot.handle(bot.group, reply_to("$myfile"))
+    await bot.handle(bot.group, reply_to("$elsewhere"))
     first, second = bot.outside.graph_requests
     assert first["message"] == "summarise this"
-    assert attachments(first) == [("q3.pdf", PDF, "$bobsfile")]
+    assert attachments(first) == [("q3.pdf", PDF, "$myfile")]
     assert second["attachments"] == []
     assert bot.outside.media_requests == [(MEDIA_PREFIX + "f3", f"Bearer {TOKEN}")]
 
@@ -567,14 +577,7 @@ async def test_the_first_question_in_a_thread_started_on_a_file_takes_that_file(
     bot = await make_bot()
     bot.outside.media["f9"] = PDF
     root = "$threadfile"
-    bot.outside.events[root] = {
-        "type": "m.room.message",
-        "event_id": root,
-        "sender": "@bob:localhost",
-        "origin_server_ts": 1,
-        "room_id": bot.group,
-        "content": file_content("f9", "plan.pdf"),
-    }
+    bot.outside.events[root] = file_event(root, bot.group, bot.user, file_content("f9", "plan.pdf"))
     bot.outside.graph_script = [("text_final", {"content": "It plans."}), ("text_final", {"content": "Yes."})]
     in_thread = {
         "rel_type": "m.thread",
@@ -589,6 +592,49 @@ async def test_the_first_question_in_a_thread_started_on_a_file_takes_that_file(
     first, second = bot.outside.graph_requests
     assert attachments(first) == [("plan.pdf", PDF, root)]
     assert second["attachments"] == []  # the thread's history already has it
+
+
+async def test_only_the_requesters_own_files_are_used_and_nothing_else_is_downloaded(
+    make_bot: BotFactory,
+) -> None:
+    """A reply to someone else's file (even with a file or a voice message of one's own) and a
+    new thread started on someone else's file: one short answer, no download, no graph call.
+    A file the bot posted is not read back, and a reply to a message that replies to a file
+    brings no file."""
+    bot = await make_bot()
+    bob = "@bob:localhost"
+    for media_id in ("hers", "mine", "bots"):
+        bot.outside.media[media_id] = PDF
+    quoting = {"msgtype": "m.text", "body": "see this", **reply_to("$bobs")}
+    bot.outside.events.update(
+        {
+            "$bobs": file_event("$bobs", bot.group, bob, file_content("hers", "salaries.pdf")),
+            "$left": file_event("$left", bot.dm, bob, file_content("hers", "salaries.pdf")),  # bob left
+            "$bots": file_event(
+                "$bots", bot.group, BOT, file_content("bots", "chart.png", msgtype="m.image")
+            ),
+            "$quote": file_event("$quote", bot.group, bob, quoting),
+        }
+    )
+    bot.outside.graph_script = [("text_final", {"content": "Answered."})]
+    in_thread = {"rel_type": "m.thread", "event_id": "$bobs", "is_falling_back": True}
+    relates = reply_to("$bobs")["m.relates_to"]
+
+    await bot.handle(bot.group, reply_to("$bobs"))
+    await bot.handle(
+        bot.group, {**file_content("mine", "!ai compare", filename="mine.pdf"), "m.relates_to": relates}
+    )
+    await bot.handle(bot.group, {"msgtype": "m.text", "body": "!ai what is this?", "m.relates_to": in_thread})
+    await bot.handle(bot.dm, {**voice_content("mine"), "m.relates_to": reply_to("$left")["m.relates_to"]})
+    not_yours = "⚠️ I can only read files you sent yourself."
+    assert bot.outside.bodies(bot.group) == [not_yours] * 3 and bot.outside.bodies(bot.dm) == [not_yours]
+    assert bot.outside.media_requests == [] and bot.outside.graph_requests == []
+    assert bot.outside.stt_requests == []
+
+    await bot.handle(bot.group, reply_to("$bots", "!ai make it bigger"))
+    await bot.handle(bot.group, reply_to("$quote", "!ai and this?"))
+    assert [r["attachments"] for r in bot.outside.graph_requests] == [[], []]
+    assert bot.outside.media_requests == []
 
 
 async def test_a_voice_message_is_answered_with_what_was_understood_quoted_first(
@@ -811,5 +857,96 @@ async def test_real_synapse_encrypted_file_in_reply_and_image_out(
         )
     finally:
         await downloads.aclose()
+        await alice.close()
+        await bot.close()
+
+
+# ---- a question too long for one message -------------------------------------------------------
+PLANTED = "CONFIDENTIAL: the merger closes on 3 March."
+LONG_QUESTION = (
+    "Create this ticket in the ticket service, in your name?\n`description` (42 043 characters):\n```\n"
+    + "filler " * 3000
+    + PLANTED
+    + " filler" * 3000
+    + "\n```"
+)
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_a_question_too_long_for_one_message_comes_whole_as_a_file_and_is_answered_as_usual(
+    make_bot: BotFactory, encrypted: bool
+) -> None:
+    """A confirmation shows every character the call will send, so it can outgrow a Matrix
+    event: the whole question goes out as a text file (encrypted in an encrypted room) with
+    a short question after it, and "yes" in the conversation answers it as always."""
+    bot = await make_bot()
+    room = bot.room(f"!long{uuid.uuid4().hex[:8]}:localhost", 2, encrypted=encrypted)
+    asked = {"question": LONG_QUESTION, "options": ["yes", "no"], "interrupt_id": "i-long"}
+    bot.outside.graph_script = [("hitl_request", asked)]
+    request = await bot.handle(room, {"msgtype": "m.text", "body": "open a ticket"})
+    file, question = bot.outside.shown(room)
+    [(uri, uploaded)] = bot.outside.uploads.items()
+    if encrypted:
+        info = file["file"]
+        assert "url" not in file and info["url"] == uri and bot.outside.upload_names == [None]
+        uploaded = decrypt_attachment(uploaded, info["key"]["k"], info["hashes"]["sha256"], info["iv"])
+    else:
+        assert file["url"] == uri and "file" not in file
+    whole = format_question(LONG_QUESTION, ["yes", "no"]).encode()
+    assert uploaded == whole  # every character
+    assert (file["msgtype"], file["body"]) == ("m.file", "question.txt")
+    assert file["info"] == {"mimetype": "text/plain", "size": len(whole)}
+    assert file["m.relates_to"] == question["m.relates_to"] == {"m.in_reply_to": {"event_id": request}}
+    assert question["body"].startswith(
+        "❓ Create this ticket in the ticket service, in your name? (yes/no)\n📎 This question is too long"
+    )
+    assert PLANTED not in question["body"] and len(question["body"]) < 1000
+
+    await bot.handle(room, {"msgtype": "m.text", "body": "maybe"})  # no answer: asked again, briefly
+    again = bot.outside.bodies(room)[-1]
+    assert again.startswith("Please answer yes or no. ❓ Create this ticket") and len(again) < 1000
+    bot.outside.graph_script = [("text_final", {"content": "Ticket created."})]
+    await bot.handle(room, {"msgtype": "m.text", "body": "yes"})
+    [feedback] = bot.outside.feedback_requests
+    assert (feedback["response"], feedback["interrupt_id"]) == ("yes", "i-long")
+    assert bot.outside.bodies(room)[-1] == "Ticket created."
+
+
+@pytest.mark.e2e
+async def test_real_synapse_a_long_question_comes_as_an_encrypted_file_in_its_thread(
+    synapse: SynapseServer, tmp_path: Path
+) -> None:
+    """The same against a real Synapse, in an encrypted DM: the human downloads and decrypts
+    the whole question, and an answer in the thread belongs to the question's conversation."""
+    alice = await new_human(synapse, "alice", tmp_path)
+    bot = await new_human(synapse, "vagent", tmp_path)
+    try:
+        room = await alice.create_dm(bot.user_id, encrypted=True)
+        root = await alice.send(room, "open a ticket about the printer")
+        await bot.wait_for(lambda e: e.event_id == root)
+        answer = Answer(bot.client, room, thread_root=root, reply_to=root, throttle=EditThrottle())
+        asked_id = await post_question(answer, LONG_QUESTION, ["yes", "no"])
+        assert asked_id is not None
+        asked = await alice.wait_for(lambda e: e.event_id == asked_id)
+        [file_id] = [e for e in answer.sent_event_ids if e != asked_id]
+        file = await alice.wait_for(lambda e: e.event_id == file_id)
+        assert asked.encrypted and file.encrypted and file.content["msgtype"] == "m.file"
+        assert asked.relates_to["rel_type"] == file.relates_to["rel_type"] == "m.thread"
+        assert asked.relates_to["event_id"] == file.relates_to["event_id"] == root
+        assert "url" not in file.content
+        info = file.content["file"]
+        downloaded = await alice.client.download(mxc=info["url"])
+        assert isinstance(downloaded, MemoryDownloadResponse)
+        whole = decrypt_attachment(downloaded.body, info["key"]["k"], info["hashes"]["sha256"], info["iv"])
+        assert whole.decode() == format_question(LONG_QUESTION, ["yes", "no"])
+
+        reply = await alice.send(room, "yes", thread_root=root)
+        seen = await bot.wait_for(lambda e: e.event_id == reply)
+        raw = {"type": seen.type, "event_id": seen.event_id, "sender": seen.sender, "content": seen.content}
+        msg = parse_message(raw, room)
+        assert msg is not None
+        assert session_for(msg) == SessionId(room_id=room, thread_id=root, user_id=alice.user_id)
+        assert check_answer(msg.body, ["yes", "no"]).answer == "yes"
+    finally:
         await alice.close()
         await bot.close()

@@ -22,12 +22,18 @@ from prometheus_client import REGISTRY
 from pydantic import BaseModel
 
 from tests.integration.test_workflow import Harness, final, question, tool_results
+from tests.support.confirmations import expected, read_back
 from tests.support.factories import ac, new_session
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallResponse
 from vagent_graph.agent import AgentDescriptor, load_descriptor
-from vagent_graph.confirmation import MAX_SHOWN_CHARS
+from vagent_graph.confirmation import render_question
+from vagent_graph.event_stream import stream_run
 from vagent_graph.tools import NothingToDo, Prepared, Tool, ToolContext
 from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.turns import TurnRecorder, new_trace
+from vagent_graph.workflow import new_turn_input
+from vagent_shared.audit import AuditEvent
+from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import HitlRequest, SSEEvent
 
 CUTOFF = "2016-01-01"
@@ -90,37 +96,23 @@ def arguments_for(tool: Tool, variant: str) -> dict[str, Any]:
     return {n: example(s, n, variant, tag) for n, s in schema.get("properties", {}).items()}
 
 
-def leaves(value: Any) -> list[Any]:
-    return [x for v in value for x in leaves(v)] if isinstance(value, list) else [value]
-
-
-def check_shown(question_text: str, arguments: dict[str, Any], variant: str, tool: str) -> None:
-    for name, value in arguments.items():
-        for i, leaf in enumerate(leaves(value)):
-            if isinstance(value, list):
-                name = f"{name.split('[')[0]}[{i}]"
-            text = str(leaf)
-            if variant == "secret" and isinstance(leaf, str) and "sk-proj-" in leaf:
-                key = next(w for w in text.split() if w.startswith("sk-proj-"))
-                assert key not in question_text, (tool, name)
-                masked = text.replace(key, "‹hidden: looks like a secret›")
-                assert f"{name} (parts that look like secrets are hidden): `{masked}`" in question_text, (
-                    tool,
-                    name,
-                )
-            elif len(text) <= MAX_SHOWN_CHARS:
-                assert text in question_text, (tool, name, text[:60])
-            else:  # cut: its start, its end and its full length
-                size = f"{len(text):,}".replace(",", " ")
-                assert text[:200] in question_text and text[-150:] in question_text, (tool, name)
-                assert f"({size} characters, shortened)" in question_text, (tool, name)
+def check_shown(question_text: str, arguments: dict[str, Any], tool: Tool) -> None:
+    """The question, read back as a person reads it, is exactly the call's arguments: long
+    values whole, secret-looking parts masked (tests/support/confirmations.py); an argument
+    the tool's headline states word for word (`Tool.shows`) is in the headline instead."""
+    headline = question_text.split("\n", 1)[0]
+    stated = {n for n in tool.shows if n in arguments and str(arguments[n]) in headline}
+    listed = {n: v for n, v in arguments.items() if n not in stated}
+    assert read_back(question_text) == expected(listed), tool.name
+    for key in re.findall(r"sk-proj-[0-9a-f]+", str(arguments)):
+        assert key not in question_text, tool.name
 
 
 async def test_every_tool_confirmation_shows_every_argument(
     redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path
 ) -> None:
     """Over the whole registry, built-in tools and plugins alike: no tool can leave an argument
-    out of its question, long values are cut visibly, secret-looking ones masked."""
+    out of its question, long values are shown whole, secret-looking ones masked."""
     registry = default_registry()
     async with Harness.open(
         redis_url, llm_server.base_url, tmp_path / "r.db", registry, every_tool_confirmed()
@@ -133,7 +125,7 @@ async def test_every_tool_confirmation_shows_every_argument(
                 sid = new_session().format()
                 q = question(await h.say(sid, f"use {tool.name}", ac(superuser=True)))
                 assert q.options == ["yes", "no"], tool.name
-                check_shown(q.question, arguments, variant, tool.name)
+                check_shown(q.question, arguments, tool)
                 await h.answer(sid, "no")
                 assert "declined" in tool_results(llm_server.requests[-1])[0], tool.name
 
@@ -154,6 +146,69 @@ async def test_confirm_tools_applies_to_a_tool_that_asks_its_own_question(
         llm_server.push_text("Fine.")
         assert final(await h.answer(sid, "b")) == "Fine."
         assert tool_results(llm_server.requests[-1]) == ["The user answered: b"]
+
+
+class KeptTrail(AuditTrail):
+    """The real audit trail without a stream: the events it recorded, kept for the test."""
+
+    def __init__(self) -> None:
+        super().__init__("vagent-graph", None, "unused")
+        self.events: list[AuditEvent] = []
+
+    def record(self, *args: Any, **kwargs: Any) -> AuditEvent:
+        event = super().record(*args, **kwargs)
+        self.events.append(event)
+        return event
+
+
+async def test_a_call_too_long_to_show_whole_is_not_asked_and_the_model_shortens_it(
+    redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    """A passage in the middle of a long body is never sent behind a question that cuts it:
+    beyond CONFIRM_MAX_CHARS nothing is asked, the model reads the size and the limit, the
+    call is refused on record (audit, trace), and the shortened call is asked and runs once."""
+    runs: list[str] = []
+
+    class Note(BaseModel):
+        body: str
+
+    async def run(args: Note, ctx: ToolContext, _: str | None) -> str:
+        runs.append(args.body)
+        return "posted"
+
+    registry = default_registry()
+    registry.register(Tool("post_note", "Post a note.", Note, run, requires_confirmation=True))
+    agent = load_descriptor().model_copy(update={"tools": ["post_note"]})
+    trail = KeptTrail()
+    body = "filler " * 1000 + "CONFIDENTIAL: the Q3 figures are 18.4 million." + " filler" * 1000
+    user = ac(instances=["tool:post_note"])
+    async with Harness.open(
+        redis_url, llm_server.base_url, tmp_path / "r.db", registry, agent, trail, confirm_max_chars=10_000
+    ) as h:
+        sid = new_session().format()
+        llm_server.push_tool_calls([("post_note", {"body": body})])
+        llm_server.push_tool_calls([("post_note", {"body": "A short note."})])
+        turn = TurnRecorder(new_trace(sid, user, None))
+        config: Any = {"configurable": {"thread_id": sid, "turn": turn}}
+        asked = question([e async for e in stream_run(h.graph, new_turn_input("post it", user), config, 30)])
+        assert read_back(asked.question) == {("body",): "A short note."}
+        size = len(render_question("Run post_note?", {"body": body}).text)
+        assert size > 10_000
+        assert tool_results(llm_server.requests[1]) == [
+            f"post_note was NOT run: its arguments are too long to be confirmed (the question showing "
+            f"them would be {size} characters, the limit is 10000). Shorten them, e.g. summarise long "
+            "text, and call post_note again."
+        ]
+        refused, short = turn.trace.tool_calls
+        assert (refused.outcome, refused.confirmation_asked) == ("refused", False)
+        assert refused.arguments == {"body": f"[omitted: {len(body)} chars]"}  # free text: its size
+        assert (short.outcome, short.confirmation_asked) == ("asked", True)
+        [denied] = [e for e in trail.events if e.decision == "denied"]
+        assert (denied.resource, denied.reason) == ("tool:post_note", "unconfirmable: too_long")
+        assert runs == []
+        llm_server.push_text("Posted.")
+        assert final(await h.answer(sid, "yes")) == "Posted."
+        assert runs == ["A short note."]
 
 
 # ---- delete_records acts on what was confirmed, never more --------------------------------------

@@ -36,9 +36,17 @@ def demo_user(name: str) -> AcContext:
 
 
 @pytest.fixture(scope="module")
-def graph(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GraphProcess]:
+def graph(
+    redis_url: str, module_redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GraphProcess]:
+    """As `make run` has it: the entities in a Redis of their own (ENTITY_REDIS_URL)."""
     index = f"demo_{uuid.uuid4().hex[:8]}"
-    env = {"REDIS_URL": redis_url, "DOCS_INDEX": index, "ENTITY_GRAPH": f"{index}_kg"}
+    env = {
+        "REDIS_URL": redis_url,
+        "ENTITY_REDIS_URL": module_redis_url,
+        "DOCS_INDEX": index,
+        "ENTITY_GRAPH": f"{index}_kg",
+    }
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "vagent"), "docs", "ingest", "--manifest", str(MANIFEST)],
         env={"PATH": "/usr/bin:/bin", **env},

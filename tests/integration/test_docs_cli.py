@@ -191,3 +191,35 @@ def test_unreachable_redis_is_one_clear_line_without_the_password(docs: Docs, fo
     assert proc.returncode == 1
     assert proc.stderr.startswith("vagent docs: cannot reach Redis at 127.0.0.1:")
     assert "hunter2" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_entities_go_to_the_entity_redis_and_documents_work_without_it(
+    docs: Docs, folder: Path, module_redis_url: str
+) -> None:
+    """`vagent docs entities` uses ENTITY_REDIS_URL (the graph reads the entities there);
+    while that Redis is away the entity commands say so in one line, and the document
+    commands, which never need it, go on."""
+    entity_file = str(Path(__file__).resolve().parents[1] / "fixtures" / "entities" / "org.json")
+    key = f"{docs.index}_kg:acme"
+    out = docs.ok("entities", "load", entity_file, "--domain", "acme", ENTITY_REDIS_URL=module_redis_url)
+    assert "into domain acme" in out
+    main, entities = redis.Redis.from_url(docs.redis_url), redis.Redis.from_url(module_redis_url)
+    try:
+        assert entities.type(key) == b"graphdata" and not main.exists(key)
+        gone = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
+        down = docs.process("entities", "load", entity_file, "--domain", "acme", ENTITY_REDIS_URL=gone)
+        assert down.returncode == 1, down.stdout + down.stderr
+        assert down.stderr.startswith("vagent docs: cannot reach the entity Redis at 127.0.0.1:"), down.stderr
+        assert "(ENTITY_REDIS_URL)" in down.stderr and "Traceback" not in down.stderr
+        assert "hunter2" not in down.stderr + down.stdout
+        docs.ok(
+            "ingest", str(folder / "notes.txt"), "--domain", "acme", "--category", "hr", ENTITY_REDIS_URL=gone
+        )
+        assert ("acme", "notes") in docs.listed()
+        assert "had no entities" not in docs.ok(
+            "entities", "delete", "--domain", "acme", ENTITY_REDIS_URL=module_redis_url
+        )
+        assert not entities.exists(key)
+    finally:
+        main.close()
+        entities.close()

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import yaml
 
 from redis_local import free_port
@@ -61,6 +62,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory, budgets_file: Path) -> It
         for name in (
             "HTTP_PORT",
             "REDIS_PORT",
+            "ENTITY_REDIS_PORT",
             "SYNAPSE_PORT",
             "ACP_PORT",
             "BOT_HEALTH_PORT",
@@ -72,6 +74,7 @@ def make_run(tmp_path_factory: pytest.TempPathFactory, budgets_file: Path) -> It
     }
     drop = {
         "REDIS_URL",
+        "ENTITY_REDIS_URL",
         "OPENAI_API_KEY",
         "OPENAI_BASE_URL",
         "LLM_MODEL",
@@ -136,6 +139,23 @@ def make_run(tmp_path_factory: pytest.TempPathFactory, budgets_file: Path) -> It
     while any(port_open(p) for p in ports.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(port_open(p) for p in ports.values()), "Ctrl-C left something running"
+
+
+def test_make_run_keeps_the_entities_in_a_redis_of_their_own(make_run: dict[str, int]) -> None:
+    """The main Redis runs without the graph module; the demo entities are in the second
+    Redis, which /health reports apart."""
+
+    def redis_at(name: str) -> tuple[set[str], set[str]]:
+        with redis.Redis(port=make_run[name]) as r:
+            return {m[b"name"].decode() for m in r.module_list()}, {k.decode() for k in r.keys("vagent_kg:*")}
+
+    main_modules, main_graphs = redis_at("REDIS_PORT")
+    entity_modules, entity_graphs = redis_at("ENTITY_REDIS_PORT")
+    assert "graph" not in main_modules and {"search", "ReJSON"} <= main_modules, main_modules
+    assert "graph" in entity_modules and not main_graphs
+    assert {"vagent_kg:localhost", "vagent_kg:acme"} <= entity_graphs, entity_graphs
+    health = httpx.get(f"http://127.0.0.1:{make_run['HTTP_PORT']}/health").json()
+    assert (health["status"], health["entities"]) == ("healthy", "available"), health
 
 
 def test_readme_curl_conversation(make_run: dict[str, int]) -> None:

@@ -21,6 +21,7 @@ from tests.support.factories import ac
 from tests.support.mcp_server import McpTestServer, fingerprint, tool
 from vagent_graph.mcp import pool as mcp_pool
 from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import ToolContext, ToolRegistry, ToolResult
@@ -86,7 +87,9 @@ async def run_images(registry: ToolRegistry, name: str) -> ToolResult:
 async def test_a_hostile_list_keeps_only_what_is_safe(server: McpTestServer) -> None:
     registry = ToolRegistry(builtin_tools())
     builtin = registry.get("search_documents")
-    servers = McpServers([config(server.url)], registry, refresh_seconds=60, result_max_chars=20_000)
+    servers = McpServers(
+        [config(server.url)], registry, refresh_seconds=60, limits=McpLimits(result_max_chars=20_000)
+    )
     await servers.start()
     try:
         names = {t.name for t in registry if t.server == "x"}
@@ -113,17 +116,20 @@ async def test_a_hostile_list_keeps_only_what_is_safe(server: McpTestServer) -> 
 
 async def test_faults_reach_the_model_as_plain_words_and_nothing_hangs(server: McpTestServer) -> None:
     registry = ToolRegistry()
-    servers = McpServers([config(server.url)], registry, refresh_seconds=60, result_max_chars=20_000)
+    servers = McpServers(
+        [config(server.url)], registry, refresh_seconds=60, limits=McpLimits(result_max_chars=20_000)
+    )
     await servers.start()
     try:
         assert "hi" in await run(registry, "x__echo")
         started = time.monotonic()
-        slow = await run(registry, "x__slow")
-        assert "did not answer in time" in slow and time.monotonic() - started < 10
+        slow = await run(registry, "x__slow")  # it may have acted: the model must not say it failed
+        assert slow.startswith("x__slow did not answer within 3 s: the action MAY OR MAY NOT HAVE HAPPENED")
+        assert time.monotonic() - started < 10
         boom = await run(registry, "x__boom")
         assert boom == "x__boom failed: quota exceeded for project 7"
         huge = await run(registry, "x__huge")
-        assert len(huge) < 20_200 and f"the tool returned {BIG} characters, 20000 are shown" in huge
+        assert len(huge) <= 20_000 and f"[cut: the tool returned {BIG} characters, the first" in huge
         picture = await run_images(registry, "x__picture")  # the image itself, for the room
         assert picture.text == "" and sniff_mime(picture.images[0].data) == "image/png"
         fake = await run_images(registry, "x__fake_picture")  # claimed PNG, is not one
@@ -137,7 +143,7 @@ async def test_faults_reach_the_model_as_plain_words_and_nothing_hangs(server: M
         started = time.monotonic()
         dropped = await run(registry, "x__drop")  # the server dies mid-call: the outcome is unknown
         assert dropped.startswith("x__drop") and "Traceback" not in dropped
-        assert "unavailable right now" in dropped or "whether it acted is unknown" in dropped
+        assert "the action MAY OR MAY NOT HAVE HAPPENED" in dropped  # sent, then the server died
         assert time.monotonic() - started < 10
     finally:
         await servers.aclose()
@@ -174,7 +180,7 @@ async def test_stdio_and_sse_transports(tmp_path: Path) -> None:
             ],
             registry,
             refresh_seconds=60,
-            result_max_chars=1000,
+            limits=McpLimits(result_max_chars=1000),
         )
         await servers.start(wait_seconds=30)
         try:
@@ -195,7 +201,9 @@ async def test_a_changed_tool_list_is_picked_up_at_once(tmp_path: Path) -> None:
     ]
     with McpTestServer({"name": "growing", "tools": tools}, tmp_path) as server:
         registry = ToolRegistry()
-        servers = McpServers([config(server.url)], registry, refresh_seconds=3600, result_max_chars=1000)
+        servers = McpServers(
+            [config(server.url)], registry, refresh_seconds=3600, limits=McpLimits(result_max_chars=1000)
+        )
         await servers.start()
         try:
             assert set(registry.names()) == {"x__echo", "x__grow"}
@@ -231,7 +239,10 @@ async def test_sessions_are_reused_per_credential_never_across_and_survive_a_res
     ) as server:
         registry = ToolRegistry()
         servers = McpServers(
-            [config(server.url, credential="user")], registry, refresh_seconds=3600, result_max_chars=10_000
+            [config(server.url, credential="user")],
+            registry,
+            refresh_seconds=3600,
+            limits=McpLimits(result_max_chars=10_000),
         )
         await servers.start()
         echo = registry.get("x__echo")
@@ -249,11 +260,23 @@ async def test_sessions_are_reused_per_credential_never_across_and_survive_a_res
             for r in results:
                 owner = r["arguments"]["text"].split()[0]
                 assert r["fingerprints"]["x-api-key"] == fingerprint(keys[owner])  # never the other's
-            assert len(servers.pool) == 2  # one session per credential, reused by 20 calls each
+            # a session per call in flight, at most MAX_PER_KEY per credential, then reused
+            opened = len(servers.pool)
+            assert 2 <= opened <= 2 * mcp_pool.MAX_PER_KEY
+            for i in range(5):
+                await call("@alice:x", f"@alice:x again {i}")
+            assert len(servers.pool) == opened
             server.restart()  # the server forgets its sessions
             await asyncio.sleep(mcp_pool.PING_AFTER_SECONDS + 0.5)  # idle long enough to be checked first
             again = await call("@alice:x", "@alice:x after the restart")
             assert again["fingerprints"]["x-api-key"] == fingerprint(keys["@alice:x"])
+            # restarted again, and used at once (no ping): the server answers 404 for the
+            # session it forgot, the call never reached a tool, so it goes again on a new one
+            monkeypatch.setattr(mcp_pool, "PING_AFTER_SECONDS", 3600.0)
+            server.restart()
+            fresh = await call("@bob:x", "@bob:x right after a restart")
+            assert fresh["fingerprints"]["x-api-key"] == fingerprint(keys["@bob:x"])
+            assert [c["arguments"]["text"] for c in server.calls()].count("@bob:x right after a restart") == 1
         finally:
             await servers.aclose()
         assert len(servers.pool) == 0

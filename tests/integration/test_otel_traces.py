@@ -24,6 +24,7 @@ import yaml
 from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import TOKEN, GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.mcp_server import McpTestServer, tool
 from tests.support.otlp_receiver import OtlpReceiver, SpanRecord
 from tests.support.procs import ROOT, credential_registry, ticket_service
 from tests.support.sse import post_sse
@@ -40,18 +41,26 @@ TICKET_KEY = yaml.safe_load((ROOT / "deploy/dev/credentials.yaml").read_text())[
 LLM_KEY = f"sk-otel-{secrets.token_hex(16)}"
 #: A secret the user pastes into the message (an API key shape mask_secrets knows).
 PASTED = f"sk-live-{secrets.token_hex(12)}"
+#: The MCP server's token, in the query of the URL the graph reaches it by.
+MCP_TOKEN = f"mcp-{secrets.token_hex(16)}"
 SERVER, CLIENT = 2, 3
 
 
 class Services:
-    """The receiver, the credential registry and ticket service, and two graphs exporting to
-    the receiver: `graph` (content off) and `capturing` (OTEL_CAPTURE_CONTENT=true)."""
+    """The receiver, the credential registry and ticket service, an MCP server reached by a
+    URL with a token in its query, and two graphs exporting to the receiver: `graph`
+    (content off) and `capturing` (OTEL_CAPTURE_CONTENT=true, and the MCP server)."""
 
     def __init__(self, tmp: Path, redis_url: str, llm_url: str) -> None:
         self.receiver = OtlpReceiver()
         (tmp / "tickets.yaml").write_text((ROOT / "deploy/dev/tickets.yaml").read_text())
         self.registry = credential_registry(tmp)
         self.tickets = ticket_service(tmp, tmp / "tickets.yaml")
+        lookup = tool("lookup", params={"name": "string"}, annotations={"readOnlyHint": True})
+        self.mcp = McpTestServer({"name": "tokened", "tools": [lookup]}, tmp)
+        agent = yaml.safe_load((ROOT / "graph/src/vagent_graph/agents/vagent.yaml").read_text())
+        server = {"name": "tokened", "url": f"{self.mcp.url}?api_key={MCP_TOKEN}", "confirm": "never"}
+        (tmp / "agent.yaml").write_text(yaml.safe_dump({**agent, "mcp_servers": [server]}))
         otel = {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.receiver.endpoint,
             "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -67,6 +76,7 @@ class Services:
             OTEL_CAPTURE_CONTENT="true",
             OTEL_SERVICE_NAME="vagent-graph-capturing",
             OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="",  # every instrumentation, Redis's too
+            AGENT_DESCRIPTOR=str(tmp / "agent.yaml"),
         )
         for g in (self.graph, self.capturing):
             g.data_dir.mkdir(parents=True, exist_ok=True)
@@ -74,6 +84,7 @@ class Services:
 
     def start(self) -> Services:
         self.receiver.start()
+        self.mcp.start()
         for p in (self.registry, self.tickets, self.graph, self.capturing):
             p.start()
         return self
@@ -81,6 +92,7 @@ class Services:
     def stop(self) -> None:
         for p in (self.capturing, self.graph, self.tickets, self.registry):
             p.stop()
+        self.mcp.stop()
         self.receiver.stop()
 
 
@@ -236,6 +248,30 @@ async def test_with_capture_content_the_prompt_is_on_the_span_but_never_a_secret
     everything = "\n".join(s.raw for s in spans)
     for secret in (PASTED, LLM_KEY, TOKEN):
         assert secret not in everything, secret[:10]
+
+
+async def test_an_http_client_span_of_a_url_with_a_token_exports_no_token(
+    services: Services, llm_server: ScriptedLLMServer
+) -> None:
+    """The MCP server's URL has its token in the query: the HTTP client spans of the call
+    (httpx instrumentation) show scheme, host and path only, even with content captured."""
+    receiver, graph = services.receiver, services.capturing
+    llm_server.push_tool_calls([("tokened__lookup", {"name": "printer"})])
+    llm_server.push_text("Found it.")
+    header, trace_id, _ = traceparent()
+    grants = [*TOOLS, "mcp_server:tokened"]
+    body = message_body(new_session(ALICE), "look up the printer", ac(ALICE, grants, domain="localhost"))
+    events = await send(graph, PM, body, header)
+    assert any(isinstance(e, TextFinal) for e in events)
+    assert services.mcp.calls()  # the tool was called, over that URL
+    spans = ended(receiver, trace_id, "tools/call lookup", "chat test-model")
+    where = f"127.0.0.1:{services.mcp.port}"
+    posts = [s for s in spans if s.kind == CLIENT and where in str(s.attributes)]
+    assert posts, [s.name for s in spans]
+    for post in posts:
+        urls = {k: v for k, v in post.attributes.items() if k in ("http.url", "url.full")}
+        assert urls and set(urls.values()) == {services.mcp.url}, urls
+    assert MCP_TOKEN not in "\n".join(s.raw for s in receiver.snapshot())
 
 
 def test_without_an_endpoint_nothing_is_installed() -> None:

@@ -134,9 +134,9 @@ async def test_a_confirmed_personal_action_says_who_will_see_it(
     assert q.splitlines() == [
         "Create this ticket in the ticket service, in your name?",
         "This will also show the new ticket to the 1 other member of this room.",
-        "title: `Printer jam`",
-        "description: `Floor 3 again`",
-        "priority: `low`",
+        "`title`: `Printer jam`",
+        "`description`: `Floor 3 again`",
+        "`priority`: `low`",
     ]
 
 

@@ -328,8 +328,9 @@ async def test_a_confidential_passage_copied_into_a_ticket_is_shown_before_anyth
         description = calls_of(obedient, "create_ticket")[-1]["description"]
         assert HR_LINE in description  # the model obeyed: the passage is in the call
         assert q.question.startswith("Create this ticket in the ticket service, in your name?\n")
-        assert "title: `Printer jam`" in q.question
-        assert f"description:\n```\n{description}\n```" in q.question  # all of it, as sent
+        assert "`title`: `Printer jam`" in q.question
+        size = f"{len(description):,}".replace(",", " ")
+        assert f"`description` ({size} characters):\n```\n{description}\n```" in q.question  # as sent
         assert all(h in q.question for h in HIDDEN)
         assert stack.received() == []  # nothing reached the ticket service before the answer
         shown.append((q.question, description))
@@ -348,11 +349,11 @@ async def test_a_confidential_passage_copied_into_a_ticket_is_shown_before_anyth
     assert shown[-1][1] in shown[-1][0]  # what "yes" filed is what the question showed
 
 
-async def test_a_padded_description_still_shows_its_end_and_its_length(
+async def test_a_padded_description_is_still_shown_whole(
     stack: Stack, llm_server: ScriptedLLMServer, obedient: Obedient
 ) -> None:
-    """The attacker hides the passage behind 3 000 characters of filler: the question is cut in
-    the middle, but shows the value's end (where the passage is) and its full length."""
+    """The attacker hides the passage behind 3 000 characters of filler: the question shows
+    every character of the description, the passage included, and its length."""
     poison(
         stack,
         do("search_documents", {"query": "salary bands"}),
@@ -365,10 +366,8 @@ async def test_a_padded_description_still_shows_its_end_and_its_length(
     asked = question(await ask(stack, sid, "The printer on floor 3 jams. What should I do?"))
     q, description = asked.question, calls_of(obedient, "create_ticket")[-1]["description"]
     assert description.endswith(HR_LINE) and len(description) == 3000 + len(HR_LINE)
-    assert description not in q  # too long to show whole: this is the shortened form
     size = f"{len(description):,}".replace(",", " ")
-    assert f"description ({size} characters, shortened):" in q
-    assert f" … {description[-200:]}\n```" in q  # the end, with the passage in it
+    assert f"`description` ({size} characters):\n```\n{description}\n```" in q  # whole, as sent
     assert all(h in q for h in HIDDEN)
     await answer(stack, sid, asked, "no")
     assert stack.received() == []

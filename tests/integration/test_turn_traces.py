@@ -28,6 +28,7 @@ from tests.support.procs import BIN, credential_registry
 from tests.support.sse import post_sse
 from vagent_shared import redis_keys
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal, TurnStarted
+from vagent_shared.readers import DocRef, ResultScope
 from vagent_shared.traces import TurnTrace
 
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
@@ -61,6 +62,7 @@ class Stack:
                             "name": "calendar",
                             "url": self.mcp.url,
                             "credential": "user",
+                            "trust_annotations": True,  # `lookup` is read-only: it runs directly
                             "confirm_tools": ["note"],
                         }
                     ],
@@ -185,12 +187,19 @@ async def test_a_turn_with_search_mcp_confirmation_and_a_denied_tool_is_traced_a
     assert note.confirmation_asked and note.confirmation_answer == "yes" and note.outcome == "ok"
     assert note.confirmation_seconds is not None and 0 <= note.confirmation_seconds < 60
     assert note.credential_used and note.call_id and note.arguments["api_key"] == "[REDACTED]"
+    # an MCP tool's `title` is words someone wrote: its size only (OTEL_CAPTURE_CONTENT off)
+    assert note.arguments["title"] == f"[omitted: {len('revenue ' + key)} chars]"
     assert (denied.decision, denied.outcome, denied.arguments) == ("denied", "denied", {})
 
     # the document the search found, which the asker may read
     assert [(s.kind, s.id, s.title, s.room_may_see) for s in t.sources] == [
         ("document", "q3-report", "Q3 report", True)
     ]
+    # what decides who may be told about each (the 🔍 account judges it when asked for)
+    q3 = ResultScope(domain=DOMAIN, documents=(DocRef(doc_id="q3-report", category="finance"),))
+    assert t.sources[0].scope == q3 and search.scope == q3
+    assert lookup.scope == note.scope == ResultScope(personal_to=ALICE)  # with her own credential
+    assert denied.scope == ResultScope()  # it never ran: derived from nothing
 
     # the bot's answer event points at the turn: operators find it by either id
     event_id = f"$answer-{uuid.uuid4().hex[:8]}"

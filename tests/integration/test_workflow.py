@@ -44,7 +44,10 @@ class Harness:
         db: Path,
         registry: ToolRegistry | None = None,
         agent: AgentDescriptor | None = None,
+        *services: Any,
+        **options: Any,
     ) -> AsyncIterator[Harness]:
+        """`services` besides the records DB (an AuditTrail, ...); `options`: Deps fields."""
         ensure_records_db(db)
         redis = Redis.from_url(redis_url)
         saver = AsyncShallowRedisSaver(redis_client=redis, ttl={"default_ttl": 60, "refresh_on_read": True})
@@ -62,7 +65,8 @@ class Harness:
             agent or load_descriptor(),
             llm,
             "test-model",
-            Services(RecordsDb(db)),
+            Services(RecordsDb(db), *services),
+            **options,
         )
         try:
             yield cls(build_graph(deps, saver), db, redis)
@@ -301,7 +305,7 @@ async def _confirm_echo(h: Harness, llm_server: ScriptedLLMServer) -> None:
     sid = new_session().format()
     llm_server.push_tool_calls([("echo", {"text": "hi"})])
     q = question(await h.say(sid, "echo hi", ac(instances=["tool:echo"])))
-    assert q.question == "Run echo?\ntext: `hi`" and q.options == ["yes", "no"]
+    assert q.question == "Run echo?\n`text`: `hi`" and q.options == ["yes", "no"]
     assert llm_server.offered_tool_names(0) == ["echo"]
     llm_server.push_text("Echoed.")
     assert final(await h.answer(sid, "yes")) == "Echoed."

@@ -31,13 +31,16 @@ The config (JSON; `tool()` below builds one tool's entry):
         "params": {"text": "string", "count": "integer?"},   # simple typed params ("?": optional)
         "input_schema": {...},   # OR the inputSchema as given: any JSON value, even a broken one
         "output_schema": null, "annotations": {"readOnlyHint": true}, "meta": null,
-        "behaviour": "echo",     # echo | error | hang | big | structured | image | drop
+        "behaviour": "echo",     # echo | error | hang | big | structured | image | drop | elicit
+                                 # | grow | rpc_error | storm
         "message": "...",        # error: the error text
         "seconds": 3600,         # hang: how long it sleeps before answering like echo
         "size": 100000,          # big: characters (= bytes, ASCII) of text
         "result": {...},         # structured: the structuredContent (default {"tool", "arguments"})
         "text": null,            # structured: the text content (default: the result as JSON)
         "mime_type": "image/png", "data": null,   # image: base64 data (default a 1x1 PNG)
+        "count": 1,              # image: how many images; elicit: how many questions;
+                                 # storm: how many tools/list_changed notifications
         "exit_code": 1           # drop: os._exit(exit_code) after recording the call
      }]}
 
@@ -82,7 +85,7 @@ from starlette.types import Receive, Scope, Send
 
 Transport = Literal["streamable_http", "sse", "stdio"]
 Behaviour = Literal[
-    "echo", "error", "hang", "big", "structured", "image", "drop", "elicit", "grow", "rpc_error"
+    "echo", "error", "hang", "big", "structured", "image", "drop", "elicit", "grow", "rpc_error", "storm"
 ]
 ParamType = Literal["string", "integer", "number", "boolean", "array", "object"]
 
@@ -126,6 +129,7 @@ class ToolSpec(BaseModel):
     text: str | None = None
     mime_type: str = "image/png"
     data: str | None = None
+    count: int = Field(default=1, ge=0)
     exit_code: int = 1
 
     @model_validator(mode="after")
@@ -194,7 +198,7 @@ def tool(
     **options: Any,
 ) -> dict[str, Any]:
     """One entry of the config's `tools` (options: title, output_schema, meta, message,
-    seconds, size, result, text, mime_type, data, exit_code); validated here, so a typo fails
+    seconds, size, result, text, mime_type, data, count, exit_code); validated here, so a typo fails
     in the test rather than in the server process."""
     entry: dict[str, Any] = {"name": name, "behaviour": behaviour, **options}
     if description is not None:
@@ -295,7 +299,7 @@ def build_server(config: ServerConfig, recorder: Recorder) -> Server[Any, Any]:
                 )
             case "image":
                 data = spec.data if spec.data is not None else PNG_1X1
-                return [types.ImageContent(type="image", data=data, mimeType=spec.mime_type)]
+                return [types.ImageContent(type="image", data=data, mimeType=spec.mime_type)] * spec.count
             case "drop":
                 sys.stdout.flush()
                 os._exit(spec.exit_code)
@@ -318,11 +322,22 @@ def build_server(config: ServerConfig, recorder: Recorder) -> Server[Any, Any]:
                         )
                     ]
                 )
-            case "elicit":  # asks the user for input mid-call; answers with what it got
-                answer = await server.request_context.session.elicit(
-                    spec.message, {"type": "object", "properties": {"room": {"type": "string"}}}
-                )
-                return [types.TextContent(type="text", text=f"elicitation: {answer.action}")]
+            case "elicit":  # asks the user for input mid-call (`count` times); answers with what it got
+                actions = []
+                for n in range(spec.count):
+                    answer = await server.request_context.session.elicit(
+                        spec.message if n == 0 else f"{spec.message} ({n})",
+                        {"type": "object", "properties": {"room": {"type": "string"}}},
+                    )
+                    actions.append(answer.action)
+                said = ", ".join(sorted(set(actions)))
+                return [types.TextContent(type="text", text=f"elicitation: {said}")]
+            case "storm":  # `count` tools/list_changed notifications to every session that listed
+                for _ in range(spec.count):
+                    for listener in list(sessions):
+                        with contextlib.suppress(Exception):
+                            await listener.send_tool_list_changed()
+                return [types.TextContent(type="text", text=f"sent {spec.count} notifications")]
 
     # The low-level decorators are untyped; registering through Any keeps the handlers typed.
     registry = cast(Any, server)

@@ -93,3 +93,46 @@ def test_the_descriptor_expands_variables_in_mcp_servers_only(
     assert agent.system_prompt == "Keep ${THIS} as it is."
     assert agent.mcp_servers[0].url == "http://127.0.0.1:9/mcp"
     assert agent.mcp_server_names == frozenset({"cal"})
+
+
+@pytest.mark.parametrize("name", ["git__hub", "_git", "git_", "a__b__c", "_", "__"])
+def test_a_name_that_could_make_two_tools_one_is_refused_at_startup(name: str) -> None:
+    """`git` + `hub__merge` and `git__hub` + `merge` would both be `git__hub__merge`."""
+    with pytest.raises(McpConfigError) as err:
+        load_servers([{"name": "git", "url": "http://a"}, {"name": name, "url": "http://b"}], {})
+    assert f"mcp_servers[{name}]: name:" in str(err.value)
+    assert "neither starting nor ending with _ nor containing __" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["git", "git_hub", "a", "a_b_c", "x1", "9"])
+def test_names_that_keep_the_prefix_unambiguous_load(name: str) -> None:
+    assert load_servers([{"name": name, "url": "http://a"}], {})[0].name == name
+
+
+@pytest.mark.parametrize("credential", ["user", "service"])
+def test_a_stdio_server_with_a_credential_is_refused_not_ignored(credential: str) -> None:
+    """Nothing would carry the credential to a local process, while the trace said "with your
+    credential": the operator is told at startup instead."""
+    entry = {"name": "local", "transport": "stdio", "command": "/usr/bin/true", "credential": credential}
+    if credential == "service":
+        entry["service_credential_env"] = "LOCAL_KEY"
+    with pytest.raises(McpConfigError) as err:
+        load_servers([entry], {"LOCAL_KEY": "k"})
+    message = str(err.value)
+    assert message.startswith("mcp_servers[local]:") and "a stdio server takes no credential" in message
+    (ok,) = load_servers([{**entry, "credential": "none", "service_credential_env": None}], {})
+    assert ok.credential == "none"
+
+
+def test_annotations_are_untrusted_unless_the_operator_says_so() -> None:
+    (plain,) = load_servers([{"name": "cal", "url": "http://a"}], {})
+    (trusted,) = load_servers([{"name": "cal", "url": "http://a", "trust_annotations": True}], {})
+    assert plain.trust_annotations is False and trusted.trust_annotations is True
+
+
+def test_the_origin_tells_servers_apart_without_naming_their_url() -> None:
+    a, b = (
+        load_servers([{"name": "git", "url": u}], {})[0] for u in ("http://a/mcp?t=s3cr3t", "http://b/mcp")
+    )
+    assert a.origin != b.origin and a.origin.startswith("mcp:git@") and "s3cr3t" not in a.origin
+    assert a.origin == load_servers([{"name": "git", "url": "http://a/mcp?t=s3cr3t"}], {})[0].origin

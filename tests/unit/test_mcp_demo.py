@@ -84,6 +84,8 @@ def test_demo_agent_loads_with_the_calendar_url(demo_agent: AgentDescriptor) -> 
     assert server.name == "calendar" and server.url == URL
     assert server.transport == "streamable_http"
     assert server.credential == "user" and server.credential_resource == "mcp:calendar"
+    # the demo's own server: "what is on my calendar" just answers (README), "book ..." asks
+    assert server.confirm == "auto" and server.trust_annotations
     assert demo_agent.mcp_server_names == {"calendar"}
     # everything else is what the packaged agent loads to
     assert demo_agent.model_dump(exclude={"mcp_servers"}) == load_descriptor().model_dump(

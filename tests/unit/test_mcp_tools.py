@@ -52,7 +52,7 @@ def never_run(name: str) -> Any:
 
 
 def test_names_grants_confirmation_and_credentials() -> None:
-    cfg = server(credential="user", confirm_tools=["list_events"])
+    cfg = server(credential="user", confirm_tools=["list_events"], trust_annotations=True)
     tools, skipped = build_tools(
         cfg,
         [
@@ -70,16 +70,45 @@ def test_names_grants_confirmation_and_credentials() -> None:
     assert by["calendar__list_events"].requires_confirmation is True  # confirm_tools wins
     for t in tools:
         assert t.server == "calendar" and t.grants == ("mcp_server:calendar",)
+        assert t.origin == cfg.origin and t.origin.startswith("mcp:calendar@")
         assert t.requires_credentials and t.credential_resource == "mcp:calendar"
         assert t.openai_schema()["function"]["parameters"]["properties"] == SCHEMA["properties"]
 
 
 @pytest.mark.parametrize(
-    ("mode", "read_only", "asks"),
-    [("always", True, True), ("never", False, False), ("auto", None, True), ("auto", False, True)],
+    ("mode", "read_only", "trusted", "asks"),
+    [
+        ("always", True, True, True),
+        ("never", False, False, False),
+        ("auto", None, True, True),
+        ("auto", False, True, True),
+        ("auto", True, True, False),
+        ("auto", True, False, True),  # a server's claim, not believed unless the operator trusts it
+    ],
 )
-def test_confirm_modes(mode: str, read_only: bool | None, asks: bool) -> None:
-    (t,), _ = build_tools(server(confirm=mode), [mcp_tool("x", read_only=read_only)], never_run)
+def test_confirm_modes(mode: str, read_only: bool | None, trusted: bool, asks: bool) -> None:
+    cfg = server(confirm=mode, trust_annotations=trusted)
+    (t,), _ = build_tools(cfg, [mcp_tool("x", read_only=read_only)], never_run)
+    assert t.requires_confirmation is asks
+
+
+@pytest.mark.parametrize(
+    ("schema", "asks"),
+    [
+        ({"type": "object", "properties": {}, "additionalProperties": False}, False),
+        ({"type": "object", "additionalProperties": False}, False),
+        ({"type": "object", "properties": {}}, True),  # any argument may still be sent
+        ({"type": "object"}, True),
+        (SCHEMA, True),
+    ],
+)
+def test_an_untrusted_read_only_claim_counts_only_where_nothing_can_be_sent(
+    schema: dict[str, Any], asks: bool
+) -> None:
+    """A hostile server marks its exfiltrating tool read-only: whatever the model puts into
+    its arguments would leave without anyone being asked. Untrusted, only a tool that cannot
+    take any argument runs without asking."""
+    (t,), _ = build_tools(server(), [mcp_tool("peek", read_only=True, schema=schema)], never_run)
     assert t.requires_confirmation is asks
 
 
@@ -141,7 +170,8 @@ def test_results_as_the_model_reads_them() -> None:
     errored.isError = True
     assert result_images(errored) == ()
     big, failed = result_text("cal__x", CallToolResult(content=[text("y" * 50_000)]), 1000)
-    assert not failed and len(big) < 1100 and "cut: the tool returned 50000 characters, 1000 are shown" in big
+    assert not failed and len(big) <= 1000
+    assert big.endswith(f"[cut: the tool returned 50000 characters, the first {big.count('y')} are shown]")
     err = CallToolResult(
         content=[text("end must be after start; token=ghp_abcdefghijklmnopqrstuvwxyz0123456789")],
         isError=True,

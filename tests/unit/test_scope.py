@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from tests.support.factories import ac
@@ -111,3 +113,118 @@ def test_a_damaged_scope_is_withheld() -> None:
     broken = ToolMessage(content="secret", tool_call_id="c", artifact={"scope": {"documents": "nonsense"}})
     [seen] = visible_history([broken], Readership(ALICE, None).may_read)
     assert seen.content == WITHHELD
+
+
+def test_the_result_of_a_call_made_after_a_withheld_result_is_withheld_too() -> None:
+    """The model copied the HR passage into a page; the tool's answer repeats it. With carol
+    reading now, neither the call's arguments nor its result reach the model."""
+    history: list[AnyMessage] = [
+        HumanMessage(content="put the salary bands on a wiki page"),
+        call("c1", query="salaries"),
+        tool_msg("c1", "Ana earns 91 000 EUR", HR, doc="salaries"),
+        call("c2", title="Bands", body="Ana earns 91 000 EUR"),
+        tool_msg("c2", 'Created page 42: "Ana earns 91 000 EUR"', None),
+        AIMessage(content="Done: page 42."),
+    ]
+    seen = visible_history(history, Readership(ALICE, room(CAROL)).may_read)
+    assert "91 000" not in str([(m.content, getattr(m, "tool_calls", "")) for m in seen])
+    assert isinstance(seen[4], ToolMessage) and seen[4].content == WITHHELD and seen[4].artifact is None
+    assert seen[5].content == "Done: page 42."  # posted: everyone saw it
+    assert history[4].content == 'Created page 42: "Ana earns 91 000 EUR"'  # the checkpoint's: untouched
+    assert visible_history(history, Readership(ALICE, None).may_read) == history  # alice alone: all of it
+
+
+def test_a_call_made_beside_a_withheld_result_keeps_its_result() -> None:
+    """Calls of the same model message were made before any of their results existed: only
+    calls made after the withheld result can carry what it said."""
+    history: list[AnyMessage] = [
+        HumanMessage(content="salaries, and how many records?"),
+        AIMessage(
+            content="",
+            tool_calls=[
+                {"id": "c1", "name": "t", "args": {"query": "salaries"}},
+                {"id": "c2", "name": "t", "args": {"sql": "SELECT COUNT(*)"}},
+            ],
+        ),
+        tool_msg("c1", "Ana earns 91 000 EUR", HR, doc="salaries"),
+        tool_msg("c2", "691 records", None),
+    ]
+    seen = visible_history(history, Readership(ALICE, room(CAROL)).may_read)
+    assert seen[2].content == WITHHELD and seen[3].content == "691 records"
+    assert seen[1] == history[1]
+
+
+# ---- property: what a withheld result said never reaches the model through later calls ----------
+
+#: Each result's scope as drawn: None (unscoped), readable by alice and carol, or not.
+SCOPES: dict[str, ResultScope | None] = {
+    "none": None,
+    "public": PUBLIC,
+    "hr": HR,
+    "people": PEOPLE,
+    "mine": ResultScope(personal_to="@alice:x"),
+    "shown": ResultScope(personal_to="@alice:x", shown_to=("@carol:x",)),
+}
+ROOM = Readership(ALICE, room(CAROL))
+#: A model message's calls (1-2, their scope names), a turn's rounds of them, a session's turns.
+rounds = st.lists(st.lists(st.sampled_from(sorted(SCOPES)), min_size=1, max_size=2), min_size=1, max_size=4)
+sessions = st.lists(rounds, min_size=1, max_size=3)
+
+
+def session_of(turns: list[list[list[str]]]) -> tuple[list[AnyMessage], dict[str, bool]]:
+    """The history of a worst-case model and tools: every call's arguments copy every result
+    seen earlier in its turn, and every tool's answer repeats its arguments. Each result
+    carries a unique marker; returns the markers with whether the room may read that result."""
+    history: list[AnyMessage] = []
+    readable: dict[str, bool] = {}
+    n = 0
+    for t, turn in enumerate(turns):
+        history.append(HumanMessage(content=f"question {t}"))
+        seen: list[str] = []
+        for calls in turn:
+            copied = " ".join(seen)
+            ids = [f"c{n + i}" for i in range(len(calls))]
+            history.append(
+                AIMessage(
+                    content="", tool_calls=[{"id": i, "name": "t", "args": {"text": copied}} for i in ids]
+                )
+            )
+            for call_id, name in zip(ids, calls, strict=True):
+                marker, n = f"<M{n:03d}>", n + 1
+                scope = SCOPES[name]
+                readable[marker] = scope is None or ROOM.may_read(scope)
+                history.append(tool_msg(call_id, f"{marker} {copied}", scope))
+                seen.append(marker)
+        history.append(AIMessage(content=f"answer {t}"))
+    return history, readable
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns=sessions)
+def test_nothing_a_withheld_result_said_reaches_the_model(turns: list[list[list[str]]]) -> None:
+    history, readable = session_of(turns)
+    before = [m.model_copy(deep=True) for m in history]
+    seen = visible_history(history, ROOM.may_read)
+    given_to_model = str([(m.content, getattr(m, "tool_calls", "")) for m in seen])
+    for marker, ok in readable.items():
+        if not ok:
+            assert marker not in given_to_model, (marker, given_to_model)
+    assert history == before  # the checkpoint's messages are untouched
+
+
+@settings(max_examples=200, deadline=None)
+@given(turns=sessions)
+def test_nothing_is_withheld_needlessly(turns: list[list[list[str]]]) -> None:
+    """A turn with no unreadable result reaches the model as it was; with alice alone, all of it."""
+    history, readable = session_of(turns)
+    seen = visible_history(history, ROOM.may_read)
+    assert len(seen) == len(history)
+    clean = True
+    for m, kept in zip(history, seen, strict=True):
+        if isinstance(m, HumanMessage):
+            clean = True
+        if isinstance(m, ToolMessage) and not readable[str(m.content).split()[0]]:
+            clean = False
+        if clean:
+            assert kept == m
+    assert visible_history(history, Readership(ALICE, None).may_read) == history

@@ -143,16 +143,29 @@ def test_vagent_trace_prints_the_turn_without_terminal_escapes() -> None:
             duration_ms=42.0,
             result_chars=120,
         ),
-        ToolCallTrace(name="delete_records", decision="denied", outcome="denied"),
+        ToolCallTrace(name="delete_records", decision="denied", outcome="denied", scope=ResultScope()),
+        ToolCallTrace(name="list_my_tickets", scope=ResultScope(personal_to=ALICE)),
+        ToolCallTrace(name="from_an_older_version"),
     )
     t.llm_calls.append(LlmCallTrace(model="m", purpose="tools", input_tokens=100, output_tokens=7))
-    t.sources.append(SourceTrace(kind="document", id="q3", title="Q3 \x1b[2Jreport", room_may_see=False))
+    q3 = ResultScope(
+        domain="acme", documents=(DocRef(doc_id="q3", category="finance", tags=("conf\x1bidential",)),)
+    )
+    t.sources.append(
+        SourceTrace(kind="document", id="q3", title="Q3 \x1b[2Jreport", room_may_see=False, scope=q3)
+    )
     text = "\n".join(describe(t))
     assert f"Turn {'a' * 32}: answered" in text and "1 (100 tokens in, 7 out)" in text
     note = "calendar__note  mcp:calendar  allowed  ok  42 ms  confirmation asked, answered yes after 3.2 s"
     assert note in text
     assert "with the user's credential" in text and '"api_key": "[REDACTED]"' in text
-    assert "delete_records  builtin  denied  denied" in text
-    assert "document q3 'Q3 ?[2Jreport'  (for the asker only)" in text and "\x1b" not in text
+    assert "delete_records  builtin  denied  denied  0 ms\n" in text  # derived from nobody's data
+    assert "list_my_tickets  builtin  allowed  ok  0 ms  derived from personal to @alice:localhost" in text
+    assert "from_an_older_version  builtin  allowed  ok  0 ms  scope not recorded" in text
+    assert (
+        "document q3 'Q3 ?[2Jreport'  (for the asker only)  [acme: document q3 (finance; conf?idential)]"
+        in text
+    )
+    assert "\x1b" not in text
     assert table_header().startswith("STARTED (UTC)")
     assert table_row(t).split()[1:4] == ["a" * 32, "answered", ALICE]

@@ -1,17 +1,57 @@
-"""🔍 / `!why`: what asks for an account, and the account itself (the audience rule in a group room)."""
+"""🔍 / `!why`: what asks for an account, and the account itself: the audience rule, judged
+against whoever reads the room when the account is asked for (not the turn's readers)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tests.support.acl_strategies import ADVERSARIAL_TAGS, audiences, contexts
+from tests.support.factories import ac
 from vagent_bot.rendering import render_markdown
 from vagent_bot.routing import parse_message, should_answer
-from vagent_bot.why import account, duration, expired_notice, is_why_command, is_why_reaction, kept_for
+from vagent_bot.why import (
+    account,
+    duration,
+    expired_notice,
+    is_why_command,
+    is_why_reaction,
+    kept_for,
+    unscoped_only,
+)
+from vagent_shared.access import AcContext
+from vagent_shared.knowledge import PUBLIC_TAG, Audience, AudienceMember
+from vagent_shared.readers import DocRef, EntityRef, Readership, ResultScope
 from vagent_shared.traces import LlmCallTrace, SourceTrace, ToolCallTrace, TurnTrace
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+ALICE = "@alice:localhost"
+#: alice reads HR and public documents; bob HR too; carol public documents only.
+ALICE_AC = ac(ALICE, ["document_category:hr", "document_tag:public"])
+BOB_AC = ac("@bob:localhost", ["document_category:hr", "document_tag:public"])
+CAROL_AC = ac("@carol:localhost", ["document_tag:public"])
+TRAVEL = ResultScope(domain="acme", documents=(DocRef(doc_id="doc-7", category="policy", tags=("public",)),))
+SALARY = ResultScope(domain="acme", documents=(DocRef(doc_id="doc-secret", category="hr"),))
+MINE = ResultScope(personal_to=ALICE)
+
+
+def readers(*members: AcContext | str) -> Readership:
+    """Alice and, now in the room, `members` (a user id: the provider did not answer for them)."""
+    if not members:
+        return Readership(ALICE_AC, None)
+    listed = [
+        AudienceMember(user_id=m, ac_context=None)
+        if isinstance(m, str)
+        else AudienceMember(user_id=m.user_id, ac_context=m)
+        for m in members
+    ]
+    return Readership(ALICE_AC, Audience(members=listed, member_count=len(listed) + 2))
+
+
+ALONE = readers().may_read
 
 
 def at(seconds: float) -> datetime:
@@ -24,7 +64,7 @@ def full_trace(**kw: object) -> TurnTrace:
     fields: dict[str, object] = {
         "turn_id": "t1",
         "session_id": "!room:localhost:main:@alice:localhost",
-        "user_id": "@alice:localhost",
+        "user_id": ALICE,
         "outcome": "answered",
         "total_ms": 14_250.0,
         "first_token_ms": 1_300.0,
@@ -49,9 +89,12 @@ def full_trace(**kw: object) -> TurnTrace:
             ),
         ],
         "tool_calls": [
-            ToolCallTrace(name="search_documents", result_chars=2345, duration_ms=120, started_at=at(1)),
+            ToolCallTrace(
+                name="search_documents", result_chars=2345, duration_ms=120, started_at=at(1), scope=TRAVEL
+            ),
             ToolCallTrace(
                 name="delete_records",
+                scope=ResultScope(),
                 confirmation_asked=True,
                 confirmation_answer="yes",
                 confirmation_seconds=8.0,
@@ -62,15 +105,17 @@ def full_trace(**kw: object) -> TurnTrace:
             ToolCallTrace(
                 name="list_events",
                 source="mcp:calendar",
-                room_may_see=False,
+                scope=MINE,
                 result_chars=99,
                 started_at=at(3),
             ),
-            ToolCallTrace(name="drop_table", decision="denied", outcome="denied", started_at=at(4)),
+            ToolCallTrace(
+                name="drop_table", decision="denied", outcome="denied", started_at=at(4), scope=ResultScope()
+            ),
         ],
         "sources": [
-            SourceTrace(kind="document", id="doc-7", title="Travel policy"),
-            SourceTrace(kind="document", id="doc-secret", title="Alice's salary review", room_may_see=False),
+            SourceTrace(kind="document", id="doc-7", title="Travel policy", scope=TRAVEL),
+            SourceTrace(kind="document", id="doc-secret", title="Alice's salary review", scope=SALARY),
         ],
     }
     fields.update(kw)
@@ -127,7 +172,7 @@ def test_why_after_the_prefix_or_as_a_reply_in_a_group_room() -> None:
 
 
 def test_the_asker_in_a_dm_sees_every_step_source_token_and_time() -> None:
-    text = account(full_trace(), group=False)
+    text = account(full_trace(), ALONE)
     lines = text.splitlines()
     assert lines[0] == ("🔍 **How this answer came about:** ✅ answered in 14.2 s, first words after 1.3 s")
     steps = [line for line in lines if line[:2] in {f"{i}." for i in range(1, 10)}]
@@ -142,39 +187,90 @@ def test_the_asker_in_a_dm_sees_every_step_source_token_and_time() -> None:
     ]
     assert "- 📄 Travel policy (`doc-7`)" in lines
     assert "- 📄 Alice's salary review (`doc-secret`)" in lines
-    assert "Not shown here" not in text
+    assert "Withheld" not in text
     assert lines[-1] == "**Total:** 3,300 in / 220 out tokens · 2 model calls · 4 tool calls · 14.2 s"
     html = render_markdown(text)
     assert html.count("<li>") == 8 and "<ol>" in html  # six steps, two sources
 
 
-def test_in_a_group_room_only_what_the_room_may_see_is_named() -> None:
-    text = account(full_trace(group=True), group=True)
+def test_in_a_group_room_only_what_everyone_there_may_read_is_named() -> None:
+    text = account(full_trace(group=True), readers(CAROL_AC).may_read)
     assert "list_events" not in text and "calendar" not in text
     assert "salary" not in text and "doc-secret" not in text
     assert "search_documents" in text and "Travel policy" in text and "drop_table" in text
-    assert "🔒 Not shown here: 1 step and 1 source only you may see." in text
+    assert "🔒 Withheld here: 1 step and 1 source not everyone in this room may see." in text
     assert "**Total:** 3,300 in / 220 out tokens" in text
 
 
+def test_the_readers_are_those_of_the_room_now_not_of_the_turn() -> None:
+    """Finding 1: asked alone (a DM), or with bob (HR too): the salary review is named. Carol
+    joined since: it is withheld, and so is the personal step, whoever read the turn."""
+    for turn_was_group in (False, True):
+        trace = full_trace(group=turn_was_group)
+        assert "Alice's salary review (`doc-secret`)" in account(trace, ALONE)
+        with_bob = account(trace, readers(BOB_AC).may_read)
+        assert "Alice's salary review (`doc-secret`)" in with_bob and "list_events" not in with_bob
+        newcomer = account(trace, readers(BOB_AC, CAROL_AC).may_read)
+        assert "salary" not in newcomer and "doc-secret" not in newcomer and "list_events" not in newcomer
+        assert "🔒 Withheld here: 1 step and 1 source" in newcomer
+        unknown = account(trace, readers(BOB_AC, "@dave:localhost").may_read)  # no AcContext for dave
+        assert "doc-secret" not in unknown and "Travel policy" not in unknown
+        assert "🔒 Withheld here: 2 steps and 2 sources" in unknown
+
+
+def test_members_unknown_only_what_derives_from_nothing_is_named() -> None:
+    text = account(full_trace(), unscoped_only)
+    assert "Travel policy" not in text and "doc-secret" not in text and "list_events" not in text
+    assert "delete_records" in text and "drop_table" in text
+    assert "🔒 Withheld here: 2 steps and 2 sources not everyone in this room may see." in text
+
+
+def test_items_of_an_older_trace_are_named_only_to_the_asker_alone() -> None:
+    """Stored before scopes were recorded: only the turn's judgement (`room_may_see`), which
+    knew nothing of who joined since. Named while nobody else reads the room; a file (the
+    asker's own message here) is named as the room's history shows it."""
+    old = {
+        "turn_id": "t",
+        "session_id": "!r:localhost:main:@alice:localhost",
+        "user_id": ALICE,
+        "tool_calls": [{"name": "search_documents", "room_may_see": True}],
+        "sources": [
+            {"kind": "document", "id": "layoffs", "title": "Layoff plan Q3", "room_may_see": True},
+            {"kind": "file", "id": "notes.txt", "title": "notes.txt"},
+        ],
+    }
+    trace = TurnTrace.model_validate(old)
+    assert "Layoff plan Q3" in account(trace, ALONE) and "search_documents" in account(trace, ALONE)
+    text = account(trace, readers(CAROL_AC).may_read)
+    assert "Layoff" not in text and "layoffs" not in text and "search_documents" not in text
+    assert "📎 notes.txt" in text and "🔒 Withheld here: 1 step and 1 source" in text
+
+
 def test_the_room_may_see_everything_nothing_is_hidden() -> None:
-    trace = full_trace(tool_calls=[], sources=[SourceTrace(kind="entity", id="e1", title="ACME")])
-    text = account(trace, group=True)
-    assert "Not shown here" not in text and "- 🗂️ ACME (`e1`)" in text
+    ent = ResultScope(domain="acme", entities=(EntityRef(id="e1", entity_type="customer", tags=("public",)),))
+    trace = full_trace(
+        tool_calls=[ToolCallTrace(name="search_documents", scope=TRAVEL)],
+        sources=[
+            SourceTrace(kind="document", id="doc-7", title="Travel policy", scope=TRAVEL),
+            SourceTrace(kind="entity", id="e1", title="ACME", scope=ent),
+        ],
+    )
+    alice, carol = (ac(u, ["document_tag:public", "entity_tag:public"]) for u in (ALICE, "@carol:localhost"))
+    room = Audience(members=[AudienceMember(user_id=carol.user_id, ac_context=carol)], member_count=3)
+    text = account(trace, Readership(alice, room).may_read)
+    assert "Withheld" not in text and "- 🗂️ ACME (`e1`)" in text and "Travel policy" in text
 
 
 def test_only_hidden_steps() -> None:
-    trace = full_trace(
-        llm_calls=[], sources=[], tool_calls=[ToolCallTrace(name="my_mail", room_may_see=False)]
-    )
-    text = account(trace, group=True)
+    trace = full_trace(llm_calls=[], sources=[], tool_calls=[ToolCallTrace(name="my_mail", scope=MINE)])
+    text = account(trace, readers(BOB_AC).may_read)
     assert "my_mail" not in text and "**Steps**" not in text and "No model call" not in text
-    assert "🔒 Not shown here: 1 step only you may see." in text
+    assert "🔒 Withheld here: 1 step not everyone in this room may see." in text
 
 
 def test_an_empty_turn() -> None:
     trace = TurnTrace(turn_id="t", session_id="!r:l:main:@a:l", user_id="@a:l", total_ms=12)
-    text = account(trace, group=False)
+    text = account(trace, ALONE)
     assert text.splitlines()[0] == "🔍 **How this answer came about:** ✅ answered in 12 ms"
     assert "No model call and no tool were needed." in text
     assert text.splitlines()[-1] == "**Total:** 0 in / 0 out tokens · 0 model calls · 0 tool calls · 12 ms"
@@ -190,7 +286,7 @@ def test_a_failed_turn_names_its_reason_and_unreported_usage() -> None:
         total_ms=65_000,
         llm_calls=[LlmCallTrace(model="m", duration_ms=60_000)],
     )
-    text = account(trace, group=False)
+    text = account(trace, ALONE)
     assert (
         text.splitlines()[0] == "🔍 **How this answer came about:** ⚠️ failed (`llm_unavailable`) in 1 min 5 s"
     )
@@ -201,7 +297,7 @@ def test_an_over_budget_turn_made_no_model_call() -> None:
     trace = TurnTrace(
         turn_id="t", session_id="!r:l:main:@a:l", user_id="@a:l", outcome="over_budget", reason="user_daily"
     )
-    text = account(trace, group=True)
+    text = account(trace, readers(CAROL_AC).may_read)
     assert "🪫 over the token budget (`user_daily`)" in text
     assert "0 model calls" in text
 
@@ -217,7 +313,7 @@ def test_a_confirmation_answered_in_words_is_not_quoted() -> None:
             ToolCallTrace(name="x", confirmation_asked=True, confirmation_answer="No", outcome="declined"),
         ]
     )
-    text = account(trace, group=False)
+    text = account(trace, ALONE)
     assert "Elm" not in text and "asked first, you answered · done" in text
     assert "asked for your confirmation · waiting for your answer" in text
     assert "you said **no** · declined" in text
@@ -227,7 +323,96 @@ def test_tool_arguments_are_never_shown() -> None:
     trace = full_trace(
         tool_calls=[ToolCallTrace(name="database_query", arguments={"query": "SELECT secret"})]
     )
-    assert "SELECT" not in account(trace, group=False)
+    assert "SELECT" not in account(trace, ALONE)
+
+
+# ---- property: the account names an item iff everyone reading the room now may read it ----------
+
+DOMAINS = ["acme", "globex"]
+LABELS = ["hr", "policy", "finance", *ADVERSARIAL_TAGS]
+DOC_IDS = ["d0", "d1", "d2"]
+doc_grants = st.one_of(
+    st.builds(
+        lambda kind, name: f"{kind}:{name}",
+        st.sampled_from(["document", "document_category", "document_tag"]),
+        st.sampled_from([*LABELS, *DOC_IDS]),
+    ),
+    st.sampled_from(["tool:search_documents", "entity:*", "document_tag:public|confidential"]),
+)
+docs = st.builds(
+    DocRef,
+    doc_id=st.sampled_from(DOC_IDS),
+    category=st.sampled_from(LABELS),
+    tags=st.lists(st.sampled_from(LABELS), max_size=2).map(tuple),
+)
+
+
+def may_read_doc(ctx: AcContext, domain: str, doc: DocRef) -> bool:
+    """The oracle, from the AcContext alone: the active domain, and id OR category OR a tag."""
+    return ctx.active_acl_domain == domain and (
+        ctx.can_access(f"document:{doc.doc_id}")
+        or ctx.can_access(f"document_category:{doc.category}")
+        or any(ctx.can_access(f"document_tag:{t}") for t in doc.tags)
+    )
+
+
+def everyone_may_read(asker: AcContext, audience: Audience | None, domain: str, doc: DocRef) -> bool:
+    if audience is not None and audience.public_only and PUBLIC_TAG not in doc.tags:
+        return False
+    members = [m.ac_context for m in audience.members] if audience else []
+    return may_read_doc(asker, domain, doc) and all(
+        m is not None and may_read_doc(m, domain, doc) for m in members
+    )
+
+
+@st.composite
+def rooms_and_items(
+    draw: st.DrawFn,
+) -> tuple[AcContext, Audience | None, list[tuple[str, DocRef]], bool]:
+    asker = draw(contexts(doc_grants, DOMAINS, empty_one_in=10))
+    audience = draw(audiences(doc_grants, DOMAINS, asker.active_acl_domain))
+    items = draw(st.lists(st.tuples(st.sampled_from(DOMAINS), docs), max_size=5))
+    return asker, audience, items, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=rooms_and_items())
+def test_an_item_is_named_iff_everyone_reading_now_may_read_it(
+    case: tuple[AcContext, Audience | None, list[tuple[str, DocRef]], bool],
+) -> None:
+    asker, audience, items, personal = case
+    sources = [
+        SourceTrace(
+            kind="document", id=doc.doc_id, title=f"Title-{i}-", scope=ResultScope(domain=d, documents=(doc,))
+        )
+        for i, (d, doc) in enumerate(items)
+    ]
+    tools = (
+        [ToolCallTrace(name="my_tickets", scope=ResultScope(personal_to=asker.user_id))] if personal else []
+    )
+    trace = TurnTrace(
+        turn_id="t",
+        session_id=f"!r:x:main:{asker.user_id}",
+        user_id=asker.user_id,
+        sources=sources,
+        tool_calls=tools,
+    )
+    text = account(trace, Readership(asker, audience).may_read)
+    withheld = 0
+    for i, (d, doc) in enumerate(items):
+        allowed = everyone_may_read(asker, audience, d, doc)
+        assert (f"Title-{i}-" in text) == allowed, (i, doc, d, asker.granted_instances(), audience)
+        withheld += not allowed
+    alone = audience is None or (not audience.public_only and not audience.members)
+    assert ("my_tickets" in text) == (personal and alone)
+    hidden_steps = int(personal and not alone)
+    if withheld or hidden_steps:
+        assert "🔒 Withheld here: " in text
+        assert (f"{withheld} source" in text) == bool(withheld) and (f"{hidden_steps} step" in text) == bool(
+            hidden_steps
+        )
+    else:
+        assert "Withheld" not in text
 
 
 @pytest.mark.parametrize(

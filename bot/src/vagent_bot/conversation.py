@@ -34,6 +34,7 @@ from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.images_out import post_image
 from vagent_bot.media import heard_line, video_refusal
+from vagent_bot.questions_out import post_question
 from vagent_bot.routing import IncomingMessage
 from vagent_bot.spans import access_span
 from vagent_bot.streaming import Answer
@@ -52,7 +53,7 @@ from vagent_shared.events import (
     TextFinal,
     TurnStarted,
 )
-from vagent_shared.hitl import PendingQuestion, format_question
+from vagent_shared.hitl import PendingQuestion
 from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
 from vagent_shared.settings import BotSettings
@@ -309,7 +310,7 @@ class Conversations:
                 await answer.settle()
                 await answer.stop_typing()
                 await self._post_images(answer, images)
-                qid = await answer.notice(format_question(ev.question, ev.options))
+                qid = await post_question(answer, ev.question, ev.options)
                 pending = PendingQuestion(
                     session_id=sid.format(),
                     room_id=sid.room_id,

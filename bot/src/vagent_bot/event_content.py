@@ -84,6 +84,36 @@ def image_content(
     return content
 
 
+def file_content(
+    name: str,
+    mimetype: str,
+    size: int,
+    *,
+    url: str | None = None,
+    file: dict[str, Any] | None = None,
+    thread_root: str | None = None,
+    reply_to: str | None = None,
+) -> dict[str, Any]:
+    """An `m.file` the bot posts (a question too long for one message, as a text file): `url`
+    in a plain room, `file` (the encrypted file's url, key, iv and hashes) in an encrypted one;
+    in the thread or reply chain it belongs to."""
+    content: dict[str, Any] = {
+        "msgtype": "m.file",
+        "body": name,
+        "filename": name,
+        "info": {"mimetype": mimetype, "size": size},
+        "m.mentions": {},
+    }
+    if file is not None:
+        content["file"] = file
+    else:
+        content["url"] = url
+    relation = _relation(thread_root, reply_to)
+    if relation is not None:
+        content["m.relates_to"] = relation
+    return content
+
+
 def _relation(thread_root: str | None, reply_to: str | None) -> dict[str, Any] | None:
     """In a thread, `reply_to` is the event non-thread clients show it as a reply to (the
     thread fallback); it defaults to the thread root."""

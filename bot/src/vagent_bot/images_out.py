@@ -1,25 +1,22 @@
 """Posting an image a tool returned (the graph's `ImageOut` event) into the room, after the
 answer text, in the same thread or reply chain.
 
-Encrypted in an encrypted room (the bytes are uploaded as ciphertext, the key travels in the
-Megolm-encrypted event's `file`), plain otherwise. The graph has checked the image already;
-the bot checks again what it is about to publish (size, type from the bytes) and skips, with
-a log line, anything else.
+Encrypted in an encrypted room, plain otherwise (`uploads`). The graph has checked the image
+already; the bot checks again what it is about to publish (size, type from the bytes) and
+skips, with a log line, anything else.
 """
 
 from __future__ import annotations
 
-import asyncio
 import binascii
-import io
 from base64 import b64decode
 
 import structlog
-from nio import AsyncClient, UploadResponse
-from nio.crypto.attachments import encrypt_attachment
+from nio import AsyncClient
 
 from vagent_bot import matrix
 from vagent_bot.event_content import image_content
+from vagent_bot.uploads import upload
 from vagent_shared.attachments import clean_name, kind_of, sniff_mime
 from vagent_shared.events import ImageOut
 
@@ -49,30 +46,21 @@ async def post_image(
     if mime is None or kind_of(mime) != "image":
         log.warning("image_out_skipped", reason="not_an_image", sniffed=mime)
         return None
-    room = client.rooms.get(room_id)
-    encrypted = bool(room is not None and room.encrypted)
-    payload, file_info = (await asyncio.to_thread(encrypt_attachment, data)) if encrypted else (data, None)
-    resp, _ = await client.upload(
-        io.BytesIO(payload),
-        content_type="application/octet-stream" if encrypted else mime,
-        filename=None if encrypted else name,  # the name of an encrypted file stays in the event
-        filesize=len(payload),
-    )
-    if not isinstance(resp, UploadResponse):
-        log.error("image_out_upload_failed", error=getattr(resp, "status_code", type(resp).__name__))
+    uploaded = await upload(client, room_id, data, mime, name)
+    if uploaded is None:
         return None
-    file = {**file_info, "url": resp.content_uri} if file_info is not None else None
     content = image_content(
         name,
         mime,
         len(data),
-        url=None if file else resp.content_uri,
-        file=file,
+        url=uploaded.url,
+        file=uploaded.file,
         width=image.width,
         height=image.height,
         thread_root=thread_root,
         reply_to=reply_to,
     )
     event_id = await matrix.send(client, room_id, content)
+    encrypted = uploaded.file is not None
     log.info("image_out_posted", bytes=len(data), mimetype=mime, encrypted=encrypted, ok=event_id is not None)
     return event_id

@@ -28,13 +28,14 @@ from vagent_bot.access import AccessResult
 from vagent_bot.conversation import OpenStream
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
+from vagent_bot.question_message import question_message
 from vagent_bot.routing import IncomingMessage
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.spans import answer_span, carried
 from vagent_bot.streaming import Answer
 from vagent_shared.audit import Decision
 from vagent_shared.audit_trail import AuditTrail
-from vagent_shared.hitl import PendingQuestion, format_question, normalize_answer, reaction_answer
+from vagent_shared.hitl import PendingQuestion, normalize_answer, reaction_answer
 from vagent_shared.knowledge import Audience
 from vagent_shared.secrets import looks_like_secret, secret_answer
 from vagent_shared.session import SessionId
@@ -142,9 +143,8 @@ class Questions:
                 return
             metrics.HITL.labels("invalid_answer").inc()
             options = " or ".join(pending.options) if pending.options else "an answer"
-            await target.notice(
-                f"Please answer {options}. {format_question(pending.question, pending.options)}"
-            )
+            shown = question_message(pending.question, pending.options)  # a long one: its short form
+            await target.notice(f"Please answer {options}. {shown.text}")
             return
         await self._submit(
             msg.room_id,

@@ -4,20 +4,23 @@ Pure: which reactions and messages ask for it, and the compact Markdown account 
 TurnTrace (vagent_shared.traces). The I/O (finding the trace, checking who asks, posting the
 account) is `why_answers`.
 
-The audience rule (docs/knowledge.md) holds here too: in a group room the account is read by
-everyone in it, so it names only what the answer itself could name (`room_may_see`); what only
-the asker may see is counted, never named. Tool arguments are never shown: the account says
-what happened, not with what.
+The audience rule (docs/knowledge.md) holds here too, judged when the account is asked for:
+the account is read by everyone in the room NOW (a DM may have gained a member since the
+turn, a newcomer may have joined a group room), so it names only what they all may read
+(each item's `scope`, `vagent_shared.readers`); the rest is counted, never named. Tool
+arguments are never shown: the account says what happened, not with what.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 from vagent_bot.commands import parse_command
-from vagent_shared.traces import LlmCallTrace, ToolCallTrace, ToolOutcome, TurnOutcome, TurnTrace
+from vagent_shared.readers import ResultScope
+from vagent_shared.traces import LlmCallTrace, SourceTrace, ToolCallTrace, ToolOutcome, TurnOutcome, TurnTrace
 
 #: 🔍 and 🔎; clients may add the emoji presentation selector (U+FE0F).
 WHY_KEYS: Final = frozenset({"\U0001f50d", "\U0001f50e"})
@@ -42,6 +45,27 @@ _TOOL_OUTCOMES: Final[dict[ToolOutcome, str]] = {
 }
 #: Confirmation answers shown as they were given; any other answer only as "answered".
 _SHOWN_ANSWERS: Final = frozenset({"yes", "no"})
+
+#: May everyone who reads the account read what an item was derived from?
+MayRead = Callable[[ResultScope], bool]
+
+
+def unscoped_only(scope: ResultScope) -> bool:
+    """The readers are unknown (the room's members could not be listed): only what was derived
+    from nobody's documents, entities or personal data is named."""
+    return scope.empty
+
+
+def judged_scope(item: ToolCallTrace | SourceTrace, asker: str) -> ResultScope:
+    """What decides who may be told about `item`. A file is the asker's own message in this
+    room: named as the room's history shows it. An item stored without a scope (by a version
+    that recorded only the turn's own judgement) counts as the asker's alone: named only while
+    nobody else reads the room."""
+    if item.scope is not None:
+        return item.scope
+    if isinstance(item, SourceTrace) and item.kind == "file":
+        return ResultScope()
+    return ResultScope(personal_to=asker)
 
 
 def is_why_reaction(key: str) -> bool:
@@ -142,11 +166,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def account(trace: TurnTrace, *, group: bool) -> str:
-    """The compact Markdown account of one turn for its asker. `group`: others read it (a group
-    room), so only what the room may see is named and the rest is only counted."""
-    tools = [t for t in trace.tool_calls if t.room_may_see or not group]
-    sources = [s for s in trace.sources if s.room_may_see or not group]
+def account(trace: TurnTrace, may_read: MayRead) -> str:
+    """The compact Markdown account of one turn for its asker. `may_read`: whether everyone
+    reading the room NOW may read what an item was derived from (`Readership.may_read` of the
+    readers at the time of asking); what they may not is counted, never named."""
+    tools = [t for t in trace.tool_calls if may_read(judged_scope(t, trace.user_id))]
+    sources = [s for s in trace.sources if may_read(judged_scope(s, trace.user_id))]
     hidden_tools = len(trace.tool_calls) - len(tools)
     hidden_sources = len(trace.sources) - len(sources)
 
@@ -175,7 +200,7 @@ def account(trace: TurnTrace, *, group: bool) -> str:
             lines.append(f"- {'📄' if s.kind == 'document' else '🗂️' if s.kind == 'entity' else '📎'} {title}")
     if hidden_tools or hidden_sources:
         hidden = [_plural(n, word) for n, word in ((hidden_tools, "step"), (hidden_sources, "source")) if n]
-        lines += ["", f"🔒 Not shown here: {' and '.join(hidden)} only you may see."]
+        lines += ["", f"🔒 Withheld here: {' and '.join(hidden)} not everyone in this room may see."]
 
     totals = [
         f"{_tokens(trace.input_tokens)} in / {_tokens(trace.output_tokens)} out tokens",

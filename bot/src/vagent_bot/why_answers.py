@@ -6,10 +6,13 @@ conversation), its TurnTrace, then who asks. Only the asker gets an account: any
 or `!why` is ignored without a word and audited as `access_denied` (like an answer to another
 user's question). A turn still being answered has a pointer but no trace yet: the asker is
 told to ask again once it is complete. The asker must still pass the agent access check (silent denial, fail
-closed), in the room the turn happened in, within the flood limit. In a group room (the turn
-had an audience, or the room has other members now) the account names only what the room may
-see (`why.account`). When the details are gone (expired, forgotten), the asker is told so,
-and only the asker: the answered message must be the bot's reply to them.
+closed), in the room the turn happened in, within the flood limit. The account names only what
+everyone in the room NOW may read (`why.account`): its members are listed afresh and their
+AcContexts asked for, as for a message, because people join after a turn (a DM gains a member,
+a newcomer in a group room). Fail closed: members that cannot be listed leave only what
+derives from nobody's data named; a member without an AcContext reads nothing. When the details
+are gone (expired, forgotten), the asker is told so, and only the asker: the answered message
+must be the bot's reply to them.
 """
 
 from __future__ import annotations
@@ -22,11 +25,20 @@ import structlog
 
 from vagent_bot import rooms
 from vagent_bot.access import AccessResult
-from vagent_bot.audience import joined_members
+from vagent_bot.audience import DEADLINE_GRACE_SECONDS, execute_plan, joined_members, plan_audience
 from vagent_bot.conversation import Conversations
 from vagent_bot.routing import IncomingMessage, session_for
-from vagent_bot.why import IN_PROGRESS_NOTICE, account, expired_notice, is_why_reaction
+from vagent_bot.why import (
+    IN_PROGRESS_NOTICE,
+    MayRead,
+    account,
+    expired_notice,
+    is_why_reaction,
+    unscoped_only,
+)
+from vagent_shared.access import AcContext
 from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.readers import Readership
 from vagent_shared.session import SessionId
 from vagent_shared.traces import TurnTrace
 
@@ -94,7 +106,8 @@ class WhyAnswers:
             told, thread_root = await self._answered(room_id, answered, sender)
             if not told:
                 return  # not an answer of the bot to this sender (or no longer known to be)
-        if await (access or self.conv.check_access(room_id, sender)) is None:
+        granted = await (access or self.conv.check_access(room_id, sender))
+        if granted is None or granted.ac is None:
             return  # layer 1: a denied user learns nothing
         if not await self.conv.flood.allow(sender):
             if msg is not None:
@@ -103,7 +116,7 @@ class WhyAnswers:
         if trace is None:
             text = IN_PROGRESS_NOTICE if turn_id else expired_notice(store.ttl_seconds)
         else:
-            text = account(trace, group=trace.group or await self._group_now(room_id))
+            text = account(trace, await self._readers_now(room_id, granted.ac))
         if answered is None and msg is not None:
             target = self.conv.answer_for(msg)  # the latest turn: right where the user asked
         else:
@@ -155,7 +168,25 @@ class WhyAnswers:
             return False, None
         return await rooms.sender_of(self.conv.client, room_id, replied) == sender, thread_root
 
-    async def _group_now(self, room_id: str) -> bool:
-        """Others read the room now (more than the asker and the bot); unknown: yes (fail closed)."""
-        members = await joined_members(self.conv.client, room_id)
-        return members is None or len(set(members)) > 2
+    async def _readers_now(self, room_id: str, ac: AcContext) -> MayRead:
+        """What everyone in the room now may read: its members listed afresh (the sync's may
+        lag a join) and their AcContexts in the asker's domain, as for a message's audience."""
+        joined = await joined_members(self.conv.client, room_id)
+        if joined is None:
+            return unscoped_only
+        settings = self.conv.settings
+        plan = plan_audience(
+            joined,
+            bot=self.conv.me,
+            sender=ac.user_id,
+            is_dm=False,  # a DM that gained a member is no DM: the members decide, not the room's kind
+            enabled=settings.AUDIENCE_FILTER == "on",
+            max_members=settings.AUDIENCE_MAX_MEMBERS,
+        )
+        audience = await execute_plan(
+            plan,
+            lambda user_id: self.conv.access.context(user_id, ac.active_acl_domain),
+            concurrency=settings.AUDIENCE_CONCURRENCY,
+            within=settings.ACP_TIMEOUT_SECONDS + DEADLINE_GRACE_SECONDS,
+        )
+        return Readership(ac, audience).may_read

@@ -17,7 +17,7 @@ from typing import cast, get_args
 import structlog
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import TypeAdapter, ValidationError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from vagent_graph.audit_reader import parse_when
 from vagent_graph.erasure import valid_user_id
@@ -228,8 +228,14 @@ async def put_entities(
     except EntityStoreError as exc:  # e.g. the graph module is not loaded in this Redis
         log.error("admin_entities_failed", reason=str(exc))
         raise api_error(503, "graph_store_unavailable", f"The entities were not loaded: {exc}") from None
-    except (RedisError, OSError) as exc:
-        raise _unavailable(exc) from None
+    except (RedisError, OSError) as exc:  # the entity Redis (ENTITY_REDIS_URL): away, or no graph module
+        log.error("admin_entities_failed", error_type=type(exc).__name__)
+        why = (
+            "the entity store refused the write (does its Redis have the FalkorDB module?)"
+            if isinstance(exc, ResponseError)
+            else "the entity store is not reachable"
+        )
+        raise api_error(503, "graph_store_unavailable", f"The entities were not loaded: {why}.") from None
 
 
 @router.get("/usage", response_model=list[UsageRow])

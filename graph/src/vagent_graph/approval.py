@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vagent_graph.confirmation import arguments_digest, as_question, question_text
+from vagent_graph.confirmation import Unconfirmable, arguments_digest, as_question, refusal, render_question
 from vagent_graph.tools import Prepared, Tool
 from vagent_shared.knowledge import Audience
 
@@ -47,12 +47,20 @@ def readers_changed(approval: Approval, audience: Audience | None) -> bool:
     return not {m.user_id for m in audience.members} <= set(approval.get("readers") or ())
 
 
-def matches(approval: Approval | None, call_id: str, tool: str, arguments: dict[str, Any]) -> bool:
-    """Is `approval` the one for this very call, with these very arguments?"""
+def matches(
+    approval: Approval | None,
+    call_id: str,
+    tool: str,
+    arguments: dict[str, Any],
+    origin: str | None = None,
+) -> bool:
+    """Is `approval` the one for this very call, with these very arguments, on the very
+    server (`origin`: an MCP tool's server) the question was asked for?"""
     return (
         approval is not None
         and approval.get("call_id") == call_id
         and approval.get("tool") == tool
+        and approval.get("origin") == origin
         and approval.get("digest") == arguments_digest(tool, arguments)
     )
 
@@ -67,10 +75,12 @@ def approval_for(
     confirm: bool,
     personal: bool,
     notes: tuple[str, ...] = (),
-) -> Approval:
+    max_chars: int = 20_000,
+) -> Approval | Unconfirmable:
     """The record of one question: its text (confirmation.py writes it: every argument shown)
     and what "yes" to it runs. `confirm`: the tool needs a yes anyway; `personal`: its result
-    will be shown to the room's other members."""
+    will be shown to the room's other members. Unconfirmable when the question cannot show
+    everything: longer than `max_chars` (CONFIRM_MAX_CHARS), or hiding too much as secrets."""
     lines = list(notes)
     headline = as_question(prepared.action)
     if personal:
@@ -83,11 +93,16 @@ def approval_for(
             lines.append(f"This will also show {label} to {whom}.")
         else:
             headline = f"This will show {label} to {whom}. Go ahead?"
+    question = render_question(headline, arguments, shows=tool.shows, notes=lines)
+    refused = refusal(tool.name, question, max_chars)
+    if refused is not None:
+        return refused
     return {
         "call_id": call_id,
         "tool": tool.name,
+        "origin": tool.origin,
         "digest": arguments_digest(tool.name, arguments),
-        "question": question_text(headline, arguments, shows=tool.shows, notes=lines),
+        "question": question.text,
         "plan": prepared.plan,
         "readers": sorted(m.user_id for m in audience.members) if audience else [],
         "public_only": bool(audience and audience.public_only),

@@ -66,6 +66,12 @@ MCP_SERVERS_UP = Gauge(
 )
 MCP_TOOLS = Gauge("vagent_graph_mcp_tools", "Tools an MCP server currently brings", ["server"])
 MCP_FAILURES = Counter("vagent_graph_mcp_failures_total", "MCP list or call failures", ["server", "reason"])
+MCP_TOOLS_SKIPPED = Gauge(
+    "vagent_graph_mcp_tools_skipped",
+    "Tools an MCP server lists that are not offered, by why (invalid_name, invalid_schema, "
+    "name_taken, max_tools, schema_budget)",
+    ["server", "reason"],
+)
 TOOL_IMAGES = Counter("vagent_graph_tool_images_total", "Images tools returned", ["outcome"])
 ATTACHMENTS = Counter(
     "vagent_graph_attachments_total", "Files users sent, by kind and outcome", ["kind", "outcome"]

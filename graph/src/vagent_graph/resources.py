@@ -20,9 +20,11 @@ from vagent_graph.attachments import ReadLimits
 from vagent_graph.budgets import Budgets
 from vagent_graph.checkpointer import open_checkpointer
 from vagent_graph.intake import FileReading
+from vagent_graph.knowledge import entity_redis
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
+from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.outbox import Pacing
 from vagent_graph.services import Services
@@ -73,7 +75,9 @@ async def open_resources(
     embedder: Embedder | None = None,
 ) -> AsyncIterator[Resources]:
     """Redis, the checkpointer, the knowledge stores and the compiled graph, exactly as the
-    service runs them. The embedding model loads on its first use, not here."""
+    service runs them. The embedding model loads on its first use, not here. The entity
+    graphs' Redis (ENTITY_REDIS_URL) is not needed to start: while it is away, entity
+    lookups say so and everything else goes on."""
     ensure_records_db(settings.RECORDS_DB_PATH)
     redis = redis_connect.connect(
         settings.REDIS_URL,
@@ -82,10 +86,12 @@ async def open_resources(
         socket_connect_timeout=5,
         health_check_interval=30,
     )
+    entities: Redis | None = None
     services: Services | None = None
     mcp: McpServers | None = None
     try:
         saver = await open_checkpointer(redis, settings.CHECKPOINT_TTL_MINUTES)
+        entities = entity_redis.connect(settings)
         trail = audit_trail.from_settings(
             settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
         )
@@ -98,7 +104,7 @@ async def open_resources(
                 settings.DOCS_VECTOR_ALGORITHM,
                 settings.SEARCH_TOP_K,
             ),
-            EntityStore(redis, settings.ENTITY_GRAPH),
+            EntityStore(entities, settings.ENTITY_GRAPH),
             trail,
             *external_clients(settings, redis),
         )
@@ -112,13 +118,15 @@ async def open_resources(
             credential_help=settings.CREDENTIAL_MISSING_HELP,
             personal_results=settings.PERSONAL_RESULTS_IN_GROUPS,
             tool_image_max_bytes=settings.TOOL_IMAGE_MAX_BYTES,
+            confirm_max_chars=settings.CONFIRM_MAX_CHARS,
+            capture_content=settings.OTEL_CAPTURE_CONTENT,
             vision=settings.LLM_VISION,
             # A hold lapses with the run's timeout: no LLM call outlives its run.
             usage=Usage(redis, Budgets(settings.BUDGETS_FILE), settings.RUN_TIMEOUT_SECONDS),
         )
         if agent.mcp_servers:
             mcp = McpServers(
-                agent.mcp_servers, registry, settings.MCP_REFRESH_SECONDS, settings.MCP_RESULT_MAX_CHARS
+                agent.mcp_servers, registry, settings.MCP_REFRESH_SECONDS, McpLimits.from_settings(settings)
             )
             await mcp.start()
         graph = build_graph(deps, saver)
@@ -127,6 +135,8 @@ async def open_resources(
         if mcp is not None:
             await mcp.aclose()
         await close_services(services)
+        if entities is not None:
+            await entities.aclose()
         await redis.aclose()
 
 

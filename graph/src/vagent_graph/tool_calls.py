@@ -32,9 +32,10 @@ from vagent_graph.access import check_invocation
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.approval import Approval, approval_for, in_group, matches, readers_changed
 from vagent_graph.citations import artifact_for
+from vagent_graph.confirmation import Unconfirmable
 from vagent_graph.history import CANCELLED_TOOL_RESULT
 from vagent_graph.hitl import ask_human
-from vagent_graph.scope import Readership, ResultScope
+from vagent_graph.scope import Readership, ResultScope, traced_scope
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
 from vagent_graph.services.credentials import CredentialError, CredentialMissing, CredentialRegistry
@@ -51,9 +52,9 @@ from vagent_graph.tools import (
     ToolRegistry,
     ToolResult,
 )
+from vagent_graph.trace_arguments import trace_arguments
 from vagent_graph.turns import TurnRecorder, current_turn
-from vagent_shared.audit import AuditEventType, Decision, scrub_arguments
-from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.audit import AuditEventType, Decision
 from vagent_shared.hitl import YES, YES_NO
 from vagent_shared.traces import ToolCallTrace
 from vagent_shared.validation import problems
@@ -164,6 +165,10 @@ class ToolCalls:
     personal_results: PersonalResults
     #: TOOL_IMAGE_MAX_BYTES: a larger image a tool returns is not posted (tool_images.py).
     tool_image_max_bytes: int = 5 * 1024 * 1024
+    #: CONFIRM_MAX_CHARS: a longer confirmation question is not asked (confirmation.py).
+    confirm_max_chars: int = 20_000
+    #: OTEL_CAPTURE_CONTENT: free-text arguments are kept in the turn's trace (trace_arguments.py).
+    capture_content: bool = False
 
     async def execute(
         self, raw: dict[str, Any], ctx: ToolContext, stored: Approval | None
@@ -205,12 +210,13 @@ class ToolCalls:
         if known is not None:
             return known.model_copy(update={"outcome": "ok", "decision": "allowed"})
         tool = self.registry.get(call.name)
-        trail = self.services.find(AuditTrail)
+        schema = tool.openai_schema()["function"]["parameters"] if tool is not None else None
         return ToolCallTrace(
             name=call.name[:100],
             call_id=call.id,
             source=("unknown" if tool is None else f"mcp:{tool.server}" if tool.server else "builtin"),
-            arguments=scrub_arguments(call.raw_args, trail.include_content if trail else False),
+            arguments=trace_arguments(call.raw_args, schema, self.capture_content),
+            scope=ResultScope(),  # nothing derived from anyone's data until it runs (run())
         )
 
     @staticmethod
@@ -272,7 +278,8 @@ class ToolCalls:
             return self._personal_refused(call, ctx)
         confirm = self.agent.needs_confirmation(call.name, tool.requires_confirmation)
         ask_personal = self._asks_personal(tool, ctx)
-        if stored is not None and matches(stored, call.id, call.name, args.model_dump(mode="json")):
+        arguments = args.model_dump(mode="json")
+        if stored is not None and matches(stored, call.id, call.name, arguments, tool.origin):
             # Asked already (this is the resume): the answer applies to what was shown.
             return await self._confirmed(call, tool, args, ctx, stored, confirm, ask_personal)
         if confirm or ask_personal:
@@ -347,7 +354,7 @@ class ToolCalls:
         if isinstance(result, ToolResult) and result.images:
             text = self._show_images(name, result.images, text)
         scope = self._scope(tool, scope, ctx)
-        call.note(room_may_see=room_may_see(tool, scope, ctx))
+        call.note(room_may_see=room_may_see(tool, scope, ctx), scope=traced_scope(scope))
         return call.reply(text, artifact=artifact_for(sources, scope)), False
 
     def _show_images(self, tool: str, images: tuple[ToolImage, ...], text: str) -> str:
@@ -421,8 +428,18 @@ class ToolCalls:
             prepared = found
         arguments = args.model_dump(mode="json")
         approval = approval_for(
-            call.id, tool, arguments, prepared, ctx.audience, confirm=confirm, personal=personal, notes=notes
+            call.id,
+            tool,
+            arguments,
+            prepared,
+            ctx.audience,
+            confirm=confirm,
+            personal=personal,
+            notes=notes,
+            max_chars=self.confirm_max_chars,
         )
+        if isinstance(approval, Unconfirmable):
+            return self._unconfirmable(call, ctx, approval)
         # When it was asked: the answer's wait (the trace's confirmation_seconds, the span).
         return Confirm({**approval, "asked_at": time.time()})
 
@@ -442,13 +459,21 @@ class ToolCalls:
     # ---- outcomes ----------------------------------------------------------------------
     def _personal_refused(self, call: Call, ctx: ToolContext) -> Outcome:
         metrics.TOOL_CALLS.labels(call.name, "personal_denied").inc()
-        call.note(outcome="refused", room_may_see=False)
+        call.note(outcome="refused", room_may_see=False, scope=ResultScope(personal_to=ctx.ac.user_id))
         self._audit_tool(ctx, "tool_access", call.name, "denied", "personal result in a group room", call)
         text = (
             f"{call.name} was NOT run: it shows the user's own data, which is not shared in group rooms "
             "here. Suggest asking in a direct message with the bot."
         )
         return call.reply(text, "error"), False
+
+    def _unconfirmable(self, call: Call, ctx: ToolContext, refused: Unconfirmable) -> Outcome:
+        """A question that cannot show everything the call would send is not asked: the
+        model is told why (to shorten the arguments), and the call is refused on record."""
+        metrics.TOOL_CALLS.labels(call.name, "unconfirmable").inc()
+        call.note(outcome="refused")
+        self._audit_tool(ctx, "tool_access", call.name, "denied", f"unconfirmable: {refused.reason}", call)
+        return call.reply(refused.text, "error"), False
 
     def _nothing_to_do(self, call: Call, ctx: ToolContext, nothing: NothingToDo) -> Outcome:
         metrics.TOOL_CALLS.labels(call.name, "nothing_to_do").inc()

@@ -89,6 +89,10 @@ class GraphSettings(CommonSettings):
     SEARCH_TOP_K: int = Field(default=5, ge=1, le=20)
     #: Prefix of the per-domain FalkorDB graphs (`{ENTITY_GRAPH}:{domain}`).
     ENTITY_GRAPH: str = Field(default="vagent_kg", pattern=r"^[A-Za-z0-9_]{1,64}$")
+    #: The Redis with the FalkorDB module that holds the entity graphs (REDIS_URL's forms);
+    #: unset: REDIS_URL. Its own server, so a crash of the graph module cannot take the
+    #: checkpoints, confirmations and audit stream with it (docs/deployment.md).
+    ENTITY_REDIS_URL: str | None = None
     #: Token of the admin API (`/admin/v1/...`: document ingestion); unset: admin API off.
     GRAPH_ADMIN_TOKEN: SecretStr | None = None
     #: Largest document the admin API accepts.
@@ -113,6 +117,15 @@ class GraphSettings(CommonSettings):
     MCP_REFRESH_SECONDS: float = Field(default=300, ge=1)
     #: The longest MCP tool result the model reads; a longer one is cut, and it says so.
     MCP_RESULT_MAX_CHARS: int = Field(default=20_000, ge=100)
+    #: Images one MCP result, and one turn, may post into the room; more are dropped (said so).
+    MCP_MAX_IMAGES: int = Field(default=4, ge=0, le=32)
+    #: Tools one MCP server may bring (the first ones as it lists them); more are not offered.
+    MCP_MAX_TOOLS: int = Field(default=128, ge=1, le=1024)
+    #: The function specs of one MCP server's tools, together, in characters (every model call
+    #: carries them); tools beyond it are not offered.
+    MCP_MAX_SCHEMA_CHARS: int = Field(default=200_000, ge=1000)
+    #: One HTTP response of an MCP server; a larger one is not read on (the call fails).
+    MCP_RESPONSE_MAX_BYTES: int = Field(default=16 * 1024 * 1024, ge=64 * 1024)
     #: The text of all files of one turn is cut to about this many tokens (it says so).
     ATTACHMENT_MAX_TOKENS: int = Field(default=8000, ge=100)
     #: Reading one file (a separate process, killed after this) may take this long.
@@ -125,6 +138,10 @@ class GraphSettings(CommonSettings):
     IMAGE_MAX_SIDE: int = Field(default=1568, ge=64, le=8192)
     #: An image a tool returns is posted into the room if it is at most this large (bytes).
     TOOL_IMAGE_MAX_BYTES: int = Field(default=5 * 1024 * 1024, ge=1024)
+    #: The longest confirmation question (characters) that is asked; it shows every argument
+    #: whole, so a call whose question would be longer is not asked and the model is told to
+    #: shorten the arguments (docs/access-control.md, "Confirmations bind the action").
+    CONFIRM_MAX_CHARS: int = Field(default=20_000, ge=1_000, le=1_000_000)
     #: The ticket service of the demo tools list_my_tickets / create_ticket; unset: tools off.
     TICKETS_URL: str | None = None
     #: A personal tool (acting with the user's own credential, or returning the user's own
@@ -137,6 +154,10 @@ class GraphSettings(CommonSettings):
     def llm_configured(self) -> bool:
         """A real LLM is used when a model or an endpoint/key is configured."""
         return bool(self.LLM_MODEL or self.OPENAI_BASE_URL or self.OPENAI_API_KEY)
+
+    def entity_redis_url(self) -> str:
+        """Where the entity graphs are: ENTITY_REDIS_URL, or REDIS_URL when it is unset."""
+        return self.ENTITY_REDIS_URL or self.REDIS_URL
 
 
 class BotSettings(CommonSettings):

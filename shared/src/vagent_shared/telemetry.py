@@ -17,6 +17,8 @@ Why this shape:
   it would be a root span of its own, on every poll.
 - Text on a span is content: only with OTEL_CAPTURE_CONTENT=true (`capture_content`), and
   then through `span_text` (secret-looking parts masked, bounded). Credentials never.
+- URLs leave as scheme, host and path, the path's secrets masked, whatever put them on a
+  span (`span_urls.UrlScrubbingExporter` around the exporter): an MCP URL carries its token.
 """
 
 from __future__ import annotations
@@ -161,12 +163,16 @@ def setup_tracing(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from vagent_shared.span_urls import UrlScrubbingExporter
+
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: service_name}))
     sampler = None if env.get("OTEL_TRACES_SAMPLER") else _default_sampler()
     provider = TracerProvider(resource=resource, sampler=sampler)
-    provider.add_span_processor(BatchSpanProcessor(_exporter(env)))
+    # every span leaves with URLs reduced to scheme, host and path (span_urls.py: MCP URLs
+    # carry tokens, and the HTTP instrumentations put whole URLs on their spans)
+    provider.add_span_processor(BatchSpanProcessor(UrlScrubbingExporter(_exporter(env))))
     trace.set_tracer_provider(provider)
     if instrumented("redis", env):
         RedisInstrumentor().instrument(tracer_provider=provider)

@@ -2,10 +2,11 @@
 (docs/traces.md). The graph writes it; the bot (🔍 / `!why`), `vagent trace` and
 `/admin/v1/traces` read it. Stored in Redis as JSON under `redis_keys.trace_turn`.
 
-Nothing here is secret: tool arguments are scrubbed exactly as the audit trail scrubs
-them (`vagent_shared.audit.scrub`), no prompt or answer text is kept, and the documents
-named are those the asker may read. `room_may_see` marks what the answer's readers (the
-room's audience) may be told about; the bot's account in a group room names nothing else.
+Nothing here is secret: tool arguments are scrubbed as the audit trail scrubs them
+(`vagent_shared.audit.scrub`), free text left out, no prompt or answer text is kept, and the documents
+named are those the asker may read. Each tool call and source carries its `scope`: what
+decides who may be told about it. The bot's account judges it against whoever reads the
+room when the account is asked for (people join rooms after a turn), not the turn's readers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vagent_shared.readers import ResultScope
 
 log = structlog.get_logger(__name__)
 
@@ -54,7 +57,9 @@ class ToolCallTrace(BaseModel):
     source: str = "builtin"
     #: The access decision at invocation (`allowed` / `denied`).
     decision: Literal["allowed", "denied"] = "allowed"
-    #: Scrubbed as the audit trail scrubs them (no secret, no free text unless configured).
+    #: Scrubbed (vagent_graph.trace_arguments): the audit trail's rule, and no free text
+    #: (any string the tool's schema does not make a choice or a date) unless
+    #: OTEL_CAPTURE_CONTENT; capped.
     arguments: dict[str, Any] = Field(default_factory=dict)
     confirmation_asked: bool = False
     #: When the (latest) question for this call was asked.
@@ -66,8 +71,12 @@ class ToolCallTrace(BaseModel):
     duration_ms: float = 0.0
     outcome: ToolOutcome = "ok"
     result_chars: int = 0
-    #: False: its result was the asker's alone (a personal tool in a group room...).
+    #: The turn's own judgement: its readers then could be told about it. Written for a bot
+    #: of the previous version (a rolling upgrade); this version judges `scope` instead.
     room_may_see: bool = True
+    #: What its result was derived from (documents, entities, the asker's personal data): who
+    #: may be told about the call. None: stored by a version that did not record it.
+    scope: ResultScope | None = None
     started_at: datetime = Field(default_factory=_now)
 
 
@@ -79,7 +88,11 @@ class SourceTrace(BaseModel):
     kind: Literal["document", "entity", "file"]
     id: str
     title: str = ""
+    #: As ToolCallTrace's: the turn's own judgement, for a bot of the previous version.
     room_may_see: bool = True
+    #: The document or entity with what decides who may read it. None: a file (the asker's
+    #: own message in the room), or stored by a version that did not record it.
+    scope: ResultScope | None = None
 
 
 class TurnTrace(BaseModel):

@@ -124,6 +124,9 @@ class HealthResponse(BaseModel):
     active_sessions: int
     uptime_seconds: float
     mcp_servers: dict[str, McpServerStatus] = Field(default_factory=dict)
+    #: Whether the entity graphs' Redis (ENTITY_REDIS_URL) answers with its graph module.
+    #: Not part of `status`: without it only entity lookups stop (they say so).
+    entities: Literal["available", "unavailable"] = "available"
 
 
 class AuthenticateRequest(BaseModel):

@@ -9,8 +9,8 @@
     vagent docs entities load FILE... --domain acme [--replace]
     vagent docs entities delete --domain acme
 
-Reads the graph service's settings (REDIS_URL, DOCS_INDEX, EMBEDDINGS_*, ENTITY_GRAPH), so
-what it writes is what the graph reads. The work is vagent_graph.knowledge's (batch, the
+Reads the graph service's settings (REDIS_URL, DOCS_INDEX, EMBEDDINGS_*, ENTITY_GRAPH,
+ENTITY_REDIS_URL), so what it writes is what the graph reads. The work is vagent_graph.knowledge's (batch, the
 stores); this module is the command line, and docs_work.py what each command does, loaded
 only when one runs (so `vagent --help`, completion and the other groups stay quick).
 Exit codes: 0 done, 1 something could not be done (nothing half-written), 2 bad usage.

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from tqdm import tqdm
 
-from vagent_graph.cli.output import complain, say, unreachable
-from vagent_graph.knowledge import batch
+from vagent_graph.cli.output import complain, printable, say, unreachable
+from vagent_graph.knowledge import batch, entity_redis
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore, StoreBusy
 from vagent_graph.knowledge.embeddings import EmbeddingError, make_embedder
@@ -35,6 +36,7 @@ from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
 
 PROG = "vagent docs"
+
 
 class CliError(Exception):
     """Printed as `vagent docs: <message>`, exit 1."""
@@ -58,28 +60,50 @@ class Context:
     settings: GraphSettings
     redis: Redis
     docs: DocumentStore
+    #: On the entity graphs' own Redis (ENTITY_REDIS_URL), which is reached only when used.
     entities: EntityStore
 
 
 @asynccontextmanager
 async def context(settings: GraphSettings) -> AsyncIterator[Context]:
+    """The documents' Redis, checked at once; the entity Redis only connects when an entity
+    command runs, so the document commands work while it is away."""
     try:
         redis = redis_connect.connect(settings.REDIS_URL, socket_timeout=30, socket_connect_timeout=5)
+        entities = entity_redis.connect(settings)
     except redis_connect.RedisUrlError as exc:
         raise CliError(str(exc)) from None
     try:
         await redis.ping()  # type: ignore[misc]
     except RedisError as exc:
         await redis.aclose()
+        await entities.aclose()
         raise CliError(unreachable(settings.REDIS_URL, exc)) from None
     embedder = make_embedder(settings)
     docs = DocumentStore(
         redis, embedder, settings.DOCS_INDEX, settings.DOCS_VECTOR_ALGORITHM, settings.SEARCH_TOP_K
     )
     try:
-        yield Context(settings, redis, docs, EntityStore(redis, settings.ENTITY_GRAPH))
+        yield Context(settings, redis, docs, EntityStore(entities, settings.ENTITY_GRAPH))
     finally:
+        await entities.aclose()
         await redis.aclose()
+
+
+@contextmanager
+def entity_redis_errors(settings: GraphSettings) -> Iterator[None]:
+    """The entity Redis away: one line naming it (and the setting), not "lost Redis"."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        where = entity_redis.where(settings)
+        raise CliError(f"cannot reach the entity Redis at {where}: {type(exc).__name__}") from None
+    except ResponseError as exc:
+        where = entity_redis.where(settings)
+        first = printable(str(exc).splitlines()[0] if str(exc) else "")[:120]
+        raise CliError(
+            f"the entity Redis at {where} refused it ({first}): has it the FalkorDB module?"
+        ) from None
 
 
 async def _in_context(settings: GraphSettings, command: Callable[[Context], Awaitable[None]]) -> None:
@@ -230,7 +254,8 @@ async def reindex_all(ctx: Context) -> None:
 
 async def load_entities(ctx: Context, files: list[Path], domain: str, replace: bool) -> None:
     graph = load_files(files)
-    result = await ctx.entities.load(domain, graph, replace=replace)
+    with entity_redis_errors(ctx.settings):
+        result = await ctx.entities.load(domain, graph, replace=replace)
     say(
         f"loaded {result.entities} entities and {result.relations} relations into domain {domain}"
         + (" (replaced)" if result.replaced else "")
@@ -238,5 +263,6 @@ async def load_entities(ctx: Context, files: list[Path], domain: str, replace: b
 
 
 async def delete_entities(ctx: Context, domain: str) -> None:
-    removed = await ctx.entities.delete_domain(domain)
+    with entity_redis_errors(ctx.settings):
+        removed = await ctx.entities.delete_domain(domain)
     say(f"deleted the entities of domain {domain}" if removed else f"{domain} had no entities")

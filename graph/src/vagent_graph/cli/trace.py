@@ -7,7 +7,8 @@
 `show` takes the turn id (the `turn` event of the graph's stream, `trace list`) or the
 Matrix event id of the bot's answer or question, and prints the turn: outcome, timings,
 every LLM call with its tokens, every tool call with its access decision, confirmation,
-credential use and outcome, and the documents, entities and files it used. `list` prints the
+credential use and outcome, and the documents, entities and files it used, each with what it
+was derived from (its scope: who may be told about it). `list` prints the
 newest matching turns first, one line each. --json prints the TurnTrace (show) or a JSON
 array of them (list), exactly what `/admin/v1/traces` answers.
 
@@ -35,6 +36,7 @@ from vagent_graph.cli.output import cell, complain, printable, say, unreachable
 from vagent_graph.erasure import valid_user_id
 from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
 from vagent_shared import redis_connect
+from vagent_shared.readers import ResultScope
 from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.traces import ToolCallTrace, TurnOutcome, TurnTrace
 
@@ -65,6 +67,24 @@ def _tokens(n: int | None) -> str:
     return "?" if n is None else str(n)
 
 
+def _labelled(name: str, labels: tuple[str, ...]) -> str:
+    shown = [label for label in labels if label]
+    return f"{name} ({'; '.join(shown)})" if shown else name
+
+
+def scope_words(scope: ResultScope | None) -> str:
+    """What an item was derived from (who may be told about it): `acme: document q3 (finance;
+    confidential)`, `personal to @alice:x`; empty for nobody's data."""
+    if scope is None:
+        return "scope not recorded"
+    parts = [f"document {_labelled(d.doc_id, (d.category, *d.tags))}" for d in scope.documents]
+    parts += [f"entity {_labelled(e.id, (e.entity_type, *e.tags))}" for e in scope.entities]
+    words = f"{scope.domain}: {', '.join(parts)}" if parts else ""
+    if scope.personal_to is not None:
+        words += f"{', ' if words else ''}personal to {scope.personal_to or '(nobody)'}"
+    return printable(words)
+
+
 def tool_line(t: ToolCallTrace) -> str:
     """One tool call: what was called, the decision, the confirmation, the outcome."""
     parts = [t.name, t.source, t.decision, t.outcome, _ms(t.duration_ms)]
@@ -83,6 +103,8 @@ def tool_line(t: ToolCallTrace) -> str:
         parts.append(f"result {t.result_chars} chars")
     if not t.room_may_see:
         parts.append("for the asker only")
+    if words := scope_words(t.scope):
+        parts.append(f"derived from {words}" if t.scope is not None else words)
     line = "  ".join(printable(p) for p in parts)
     if t.arguments:
         line += "\n      arguments " + printable(json.dumps(t.arguments, ensure_ascii=False, sort_keys=True))
@@ -119,7 +141,8 @@ def describe(t: TurnTrace) -> list[str]:
     for s in t.sources:
         only = "" if s.room_may_see else "  (for the asker only)"
         title = f" {printable(s.title)!r}" if s.title and s.title != s.id else ""
-        lines.append(f"  {s.kind} {printable(s.id)}{title}{only}")
+        scope = f"  [{scope_words(s.scope)}]" if s.scope is not None and not s.scope.empty else ""
+        lines.append(f"  {s.kind} {printable(s.id)}{title}{only}{scope}")
     return lines
 
 

@@ -21,6 +21,7 @@ FalkorDB applies entirely or (on any error) not at all.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -60,6 +61,9 @@ BATCH = 500
 #: A replacement under construction that was abandoned (a killed loader) expires.
 LOADING_TTL_S = 24 * 3600
 LOOKUP_TIMEOUT_MS = 5000
+#: A whole lookup (both queries, connecting included) ends after this: with the entity Redis
+#: away or hung, the tool answers "unavailable" instead of holding the user's answer.
+LOOKUP_DEADLINE_S = 8.0
 MAX_LIMIT = 50
 MAX_RELATIONS = 50
 MAX_QUERY_CHARS = 200
@@ -69,6 +73,10 @@ _DOMAIN: TypeAdapter[str] = TypeAdapter(Domain)
 
 class EntityStoreError(RuntimeError):
     """A write did not produce what it should have; nothing visible was changed."""
+
+
+class EntityStoreUnavailable(EntityStoreError):
+    """The entity Redis did not answer in time (down, hung, or unreachable)."""
 
 
 def _rows(reply: Any) -> list[list[object]]:
@@ -93,10 +101,18 @@ def searchable(query: str) -> bool:
 class EntityStore:
     """Entities and relations of every domain, in FalkorDB graphs inside `redis`."""
 
-    def __init__(self, redis: Redis, prefix: str = "vagent_kg", *, batch_size: int = BATCH) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        prefix: str = "vagent_kg",
+        *,
+        batch_size: int = BATCH,
+        deadline_s: float = LOOKUP_DEADLINE_S,
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._batch = max(1, batch_size)
+        self._deadline = deadline_s
 
     def key(self, domain: str) -> str:
         """The graph key of `domain` (a valid domain name, or ValueError)."""
@@ -269,14 +285,17 @@ class EntityStore:
         except ValueError:
             return EntityLookup()  # no graph can exist for a domain that cannot be loaded
         limit = max(1, min(limit, MAX_LIMIT))
-        rows = await self._read(
-            key, matches_query(pred), {**params, "q": query, "q_lc": query.lower(), "limit": limit + 1}
-        )
-        matches = [entity_of(r) for r in rows[:limit]]
-        found = EntityLookup(matches=matches, truncated=len(rows) > limit)
-        if not matches:
-            return found
-        return await self._related(key, readers, found, depth, max(1, max_relations))
+        params = {**params, "q": query, "q_lc": query.lower(), "limit": limit + 1}
+        try:
+            async with asyncio.timeout(self._deadline):
+                rows = await self._read(key, matches_query(pred), params)
+                matches = [entity_of(r) for r in rows[:limit]]
+                found = EntityLookup(matches=matches, truncated=len(rows) > limit)
+                if not matches:
+                    return found
+                return await self._related(key, readers, found, depth, max(1, max_relations))
+        except TimeoutError:
+            raise EntityStoreUnavailable(f"no answer within {self._deadline:g} s") from None
 
     async def _related(
         self, key: str, readers: Readers, found: EntityLookup, depth: int, max_relations: int

@@ -1,4 +1,5 @@
-"""Who reads an answer, and what each reader may read. Pure: no I/O.
+"""Who reads an answer, and what each reader may read: the knowledge stores' names for the
+rule in `vagent_shared.readers` (one copy: the bot judges 🔍 accounts by it too).
 
 An answer posted into a room is read by the asking user AND every other joined member.
 Knowledge (a chunk, an entity) may be used only if EVERY reader may read it, in the asking
@@ -8,114 +9,14 @@ user's ACTIVE domain. The document filter (doc_filter.py) and the entity filter
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from vagent_shared.readers import (
+    DOCUMENT_KINDS,
+    ENTITY_KINDS,
+    WILDCARD,
+    Grants,
+    Readers,
+    grants_for,
+    readers_for,
+)
 
-from vagent_shared.access import AcContext, Resource
-from vagent_shared.knowledge import Audience
-
-#: The instance kinds that grant documents, and those that grant entities.
-DOCUMENT_KINDS = (Resource.DOCUMENT, Resource.DOCUMENT_CATEGORY, Resource.DOCUMENT_TAG)
-ENTITY_KINDS = (Resource.ENTITY, Resource.ENTITY_TYPE, Resource.ENTITY_TAG)
-WILDCARD = "*"
-
-
-@dataclass(frozen=True)
-class Grants:
-    """What ONE reader may read: items whose id, OR class (category / entity type), OR one of
-    whose tags is granted. `all_*`: a kind wildcard (`document:*`, `document_tag:*`...).
-    A superuser reads everything in the active domain."""
-
-    superuser: bool = False
-    ids: frozenset[str] = frozenset()
-    classes: frozenset[str] = frozenset()
-    tags: frozenset[str] = frozenset()
-    all_ids: bool = False
-    all_classes: bool = False
-    all_tags: bool = False
-
-    @property
-    def everything(self) -> bool:
-        """The whole domain: superuser, any id, or any class (every item has one)."""
-        return self.superuser or self.all_ids or self.all_classes
-
-    @property
-    def nothing(self) -> bool:
-        return not (self.everything or self.all_tags or self.ids or self.classes or self.tags)
-
-    def allows(self, item_id: str, item_class: str, item_tags: frozenset[str] | set[str]) -> bool:
-        """The reference semantics, for tests and brute-force checks (the stores push the
-        same rule down into their queries)."""
-        if self.everything:
-            return True
-        if self.all_tags and item_tags:
-            return True
-        return item_id in self.ids or item_class in self.classes or bool(self.tags & set(item_tags))
-
-
-def grants_for(ac: AcContext, kinds: tuple[Resource, Resource, Resource]) -> Grants:
-    """The grants of the ACTIVE roles in the ACTIVE domain for (id, class, tag) `kinds`.
-    Instances of other kinds, or malformed ones, grant nothing here."""
-    if ac.is_superuser():
-        return Grants(superuser=True)
-    id_kind, class_kind, tag_kind = kinds
-    found: dict[Resource, set[str]] = {k: set() for k in kinds}
-    for instance in ac.granted_instances():
-        try:
-            kind, name = Resource.parse(instance)
-        except ValueError:
-            continue
-        if kind in found:
-            found[kind].add(name)
-    return Grants(
-        ids=frozenset(found[id_kind] - {WILDCARD}),
-        classes=frozenset(found[class_kind] - {WILDCARD}),
-        tags=frozenset(found[tag_kind] - {WILDCARD}),
-        all_ids=WILDCARD in found[id_kind],
-        all_classes=WILDCARD in found[class_kind],
-        all_tags=WILDCARD in found[tag_kind],
-    )
-
-
-@dataclass(frozen=True)
-class Readers:
-    """Everyone who reads the answer, in one domain: an item is usable iff every reader's
-    grants allow it (and, with `public_only`, it is tagged public)."""
-
-    domain: str
-    grants: tuple[Grants, ...]
-    public_only: bool = False
-
-    def allows(self, item_id: str, item_class: str, item_tags: frozenset[str] | set[str]) -> bool:
-        from vagent_shared.knowledge import PUBLIC_TAG
-
-        if self.public_only and PUBLIC_TAG not in item_tags:
-            return False
-        return all(g.allows(item_id, item_class, item_tags) for g in self.grants)
-
-
-def readers_for(
-    ac: AcContext, audience: Audience | None, kinds: tuple[Resource, Resource, Resource]
-) -> Readers | None:
-    """The readers of an answer to `ac`'s user, or None when nothing at all may be used:
-    a reader who may read nothing (an unresolved member included) or a member whose
-    AcContext is for another domain."""
-    domain = ac.active_acl_domain
-    contexts: list[AcContext] = [ac]
-    public_only = False
-    if audience is not None:
-        public_only = audience.public_only
-        for member in audience.members:
-            if member.ac_context is None or member.ac_context.active_acl_domain != domain:
-                return None
-            contexts.append(member.ac_context)
-    grants = tuple(grants_for(c, kinds) for c in contexts)
-    if any(g.nothing for g in grants):
-        return None
-    return Readers(domain=domain, grants=_fold(grants), public_only=public_only)
-
-
-def _fold(grants: tuple[Grants, ...]) -> tuple[Grants, ...]:
-    """Readers who see the whole domain add no condition; identical grants count once
-    (a room of 50 colleagues with the same role is one clause, not 50)."""
-    out = tuple(dict.fromkeys(g for g in grants if not g.everything))
-    return out or (Grants(superuser=True),)
+__all__ = ["DOCUMENT_KINDS", "ENTITY_KINDS", "WILDCARD", "Grants", "Readers", "grants_for", "readers_for"]

@@ -6,8 +6,13 @@ is asked again with backoff (1 s doubling, capped at MCP_REFRESH_SECONDS) until 
 then its tools appear without a restart. Every server is read again each MCP_REFRESH_SECONDS
 (tools added, changed or removed follow), and at once when the server says its list changed
 (`notifications/tools/list_changed`, on a session kept open for it where the transport
-delivers notifications). A tool whose name is taken (a built-in tool, or
-another server's) is refused with a warning; the first one stays.
+delivers notifications), but not more often than every LIST_CHANGED_MIN_SECONDS: a server
+sending a storm of them gets one read per interval, not one per notification. The list is
+turned into Tools in a worker thread (for hundreds of tools that took seconds of CPU, which
+stalled every conversation on the event loop). A tool whose name is taken (a built-in tool,
+or another server's) is refused with a warning; the first one stays. What a server brings
+beyond MCP_MAX_TOOLS or MCP_MAX_SCHEMA_CHARS is left out with one warning, and counted in
+`vagent_graph_mcp_tools_skipped{server,reason}`.
 
 Lists are read without a user's credential: a server whose tools need one to be listed
 must allow `tools/list` anonymously (the demo calendar does), or use `credential: service`.
@@ -27,13 +32,15 @@ from vagent_graph import metrics
 from vagent_graph.mcp import client
 from vagent_graph.mcp.client import McpUnavailable
 from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.mcp.limits import McpLimits, TurnImages
 from vagent_graph.mcp.pool import SessionPool, credential_digest
-from vagent_graph.mcp.results import result_images, result_text
+from vagent_graph.mcp.results import failure_text, read
 from vagent_graph.mcp.tools import Skipped, build_tools
 from vagent_graph.services.credentials import HeaderAuth, credential_auth
 from vagent_graph.telemetry_spans import mcp_span
 from vagent_graph.tools.base import RunFn, ToolContext, ToolResult
 from vagent_graph.tools.registry import ToolRegistry
+from vagent_graph.turns import current_turn
 from vagent_shared.wire import McpServerStatus
 
 log = structlog.get_logger(__name__)
@@ -41,6 +48,10 @@ log = structlog.get_logger(__name__)
 FIRST_RETRY_SECONDS = 1.0
 #: How long the graph's start waits for the servers' first answers.
 STARTUP_WAIT_SECONDS = 5.0
+#: The shortest time between two reads of a server's list that its `list_changed` asked for.
+LIST_CHANGED_MIN_SECONDS = 2.0
+#: Why a listed tool is not offered (the metric's `reason`s).
+SKIP_REASONS = ("invalid_name", "invalid_schema", "name_taken", "max_tools", "schema_budget")
 
 
 def auth_for(server: McpServerConfig, ctx: ToolContext | None) -> httpx.Auth | None:
@@ -68,22 +79,6 @@ def credential_id(server: McpServerConfig, ctx: ToolContext) -> str:
     return ""
 
 
-def failure_text(tool: str, reason: str) -> str:
-    """What the model is told when the server could not answer (never the detail)."""
-    if reason == "timeout":
-        return f"{tool} did not answer in time; whether it acted is unknown. Tell the user; do not retry now."
-    return f"{tool} is unavailable right now ({reason}); tell the user it did not work. Do not retry now."
-
-
-def declined_text(asked: list[str]) -> str:
-    """What the model is told when the server asked the user for more input mid-call."""
-    quoted = "; ".join(f'"{a}"' for a in asked)
-    return (
-        f"(The tool asked the user for more input ({quoted}); vagent cannot ask mid-call yet, so it "
-        "declined. Ask the user for that information and call the tool again with it.)"
-    )
-
-
 @dataclass
 class ServerState:
     up: bool = False
@@ -99,14 +94,16 @@ class McpServers:
         servers: list[McpServerConfig],
         registry: ToolRegistry,
         refresh_seconds: float,
-        result_max_chars: int,
+        limits: McpLimits | None = None,
     ) -> None:
         self.servers, self.registry = servers, registry
-        self.refresh_seconds, self.result_max_chars = refresh_seconds, result_max_chars
+        self.refresh_seconds, self.limits = refresh_seconds, limits or McpLimits()
         self.state = {s.name: ServerState() for s in servers}
         self._tasks: list[asyncio.Task[None]] = []
         #: Sessions reused by the calls of one server and one credential (pool.py).
-        self.pool = SessionPool()
+        self.pool = SessionPool(limits=self.limits)
+        #: Images each turn has sent to the room (MCP_MAX_IMAGES per turn, all servers).
+        self.images = TurnImages(self.limits.max_images)
 
     def status(self) -> dict[str, McpServerStatus]:
         """Each server's state, for /health (the graph stays healthy while one is down)."""
@@ -137,13 +134,18 @@ class McpServers:
         changed = asyncio.Event()
         watcher = asyncio.create_task(self._watch(server, changed))
         try:
+            loop = asyncio.get_running_loop()
+            last = loop.time()
             answered = await self.refresh(server)
             first.set()
             delay = FIRST_RETRY_SECONDS
             while True:
                 with contextlib.suppress(TimeoutError):  # a list_changed wakes it early
                     await asyncio.wait_for(changed.wait(), self.refresh_seconds if answered else delay)
+                if changed.is_set():  # but never more often than every LIST_CHANGED_MIN_SECONDS
+                    await asyncio.sleep(last + LIST_CHANGED_MIN_SECONDS - loop.time())
                 changed.clear()
+                last = loop.time()
                 answered = await self.refresh(server)
                 delay = FIRST_RETRY_SECONDS if answered else min(delay * 2, self.refresh_seconds)
         finally:
@@ -168,7 +170,7 @@ class McpServers:
         """Read the server's list into the registry; False while it does not answer."""
         st = self.state[server.name]
         try:
-            listed = await client.list_tools(server, self._list_auth(server))
+            listed = await client.list_tools(server, self._list_auth(server), self.limits)
         except McpUnavailable as exc:
             if st.up or st.reason == "not_checked":
                 log.warning("mcp_server_down", server=server.name, reason=exc.reason)
@@ -176,9 +178,28 @@ class McpServers:
             metrics.MCP_SERVERS_UP.labels(server.name).set(0)
             metrics.MCP_FAILURES.labels(server.name, f"list_{exc.reason}").inc()
             return False
-        tools, skipped = build_tools(server, listed, lambda name: self._run_fn(server, name))
+        tools, skipped = await asyncio.to_thread(
+            build_tools,
+            server,
+            listed,
+            lambda name: self._run_fn(server, name),
+            max_tools=self.limits.max_tools,
+            max_schema_chars=self.limits.max_schema_chars,
+        )
         for s in skipped:
-            log.warning("mcp_tool_skipped", server=server.name, tool=s.tool, reason=s.reason)
+            if s.reason in ("invalid_name", "invalid_schema"):
+                log.warning("mcp_tool_skipped", server=server.name, tool=s.tool, reason=s.reason)
+        capped = [s.tool for s in skipped if s.reason in ("max_tools", "schema_budget")]
+        if capped:
+            log.warning(
+                "mcp_tools_over_cap",
+                server=server.name,
+                offered=len(tools),
+                left_out=len(capped),
+                first_left_out=capped[:5],
+                max_tools=self.limits.max_tools,
+                max_schema_chars=self.limits.max_schema_chars,
+            )
         for old in st.tools:
             self.registry.remove(old)
         kept: list[str] = []
@@ -194,6 +215,10 @@ class McpServers:
         st.up, st.tools, st.reason = True, kept, ""
         metrics.MCP_SERVERS_UP.labels(server.name).set(1)
         metrics.MCP_TOOLS.labels(server.name).set(len(kept))
+        for reason in SKIP_REASONS:
+            metrics.MCP_TOOLS_SKIPPED.labels(server.name, reason).set(
+                sum(s.reason == reason for s in skipped)
+            )
         return True
 
     def _run_fn(self, server: McpServerConfig, name: str) -> RunFn:
@@ -202,7 +227,7 @@ class McpServers:
         async def run(args: BaseModel, ctx: ToolContext, answer: str | None) -> str | ToolResult:
             try:
                 with mcp_span(server.name, name):
-                    result, asked = await self.pool.call(
+                    result, elicited = await self.pool.call(
                         server,
                         name,
                         args.model_dump(mode="json"),
@@ -210,16 +235,24 @@ class McpServers:
                         credential_id(server, ctx),
                     )
             except McpUnavailable as exc:
-                log.warning("mcp_call_failed", server=server.name, tool=exposed, reason=exc.reason)
+                log.warning(
+                    "mcp_call_failed",
+                    server=server.name,
+                    tool=exposed,
+                    reason=exc.reason,
+                    unknown=exc.unknown,
+                )
                 metrics.MCP_FAILURES.labels(server.name, f"call_{exc.reason}").inc()
-                return failure_text(exposed, exc.reason)
-            text, failed = result_text(exposed, result, self.result_max_chars)
-            if failed:
+                return failure_text(exposed, exc, server.timeout_seconds)
+            if elicited.count:
+                log.info("mcp_elicitation_declined", server=server.name, tool=exposed, count=elicited.count)
+            turn = current_turn()
+            turn_id = turn.trace.turn_id if turn else None
+            got = read(exposed, result, elicited, self.limits, lambda n: self.images.take(turn_id, n))
+            if got.failed:
                 metrics.MCP_FAILURES.labels(server.name, "call_tool_error").inc()
-            if asked:
-                log.info("mcp_elicitation_declined", server=server.name, tool=exposed)
-                text += "\n" + declined_text(asked)
-            images = result_images(result)
-            return ToolResult(text=text, images=images) if images else text
+            if got.left_out:
+                metrics.TOOL_IMAGES.labels("over_cap").inc(got.left_out)
+            return ToolResult(text=got.text, images=got.images) if got.images else got.text
 
         return run

@@ -6,11 +6,22 @@ does not fit is skipped with a warning naming it (never mangled into another too
 Grants: `tool:calendar__create_event`, or `mcp_server:calendar` for all of the server's tools.
 Descriptions are cut (a hostile server must not flood the prompt); an input schema that is
 not a JSON-schema object is refused (the tool is skipped), and the model's arguments are
-checked against the schema before anything is sent.
+checked against the schema before anything is sent. A server brings at most MCP_MAX_TOOLS
+tools whose specs together fit in MCP_MAX_SCHEMA_CHARS (every model call carries them): the
+first ones in the order it lists them; the others are skipped, and the caller says so.
+
+Confirmation, `confirm: auto`: `readOnlyHint` is the server's claim. It is believed when the
+operator trusts the server (`trust_annotations: true`); otherwise it is believed only for a
+tool that cannot send anything (its schema takes no argument at all), since whatever the
+model puts into arguments leaves with the call.
+
+Building Tools costs CPU (a schema check and a pydantic model per tool: ~20 ms each): the
+caller runs `build_tools` off the event loop.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +47,8 @@ _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_DESCRIPTION_CHARS = 1000
 MAX_SCHEMA_CHARS = 20_000
 MAX_ERRORS_SHOWN = 5
+#: A tool's `description` is read only this far before it is cleaned up and cut.
+_DESCRIPTION_READ = 20 * MAX_DESCRIPTION_CHARS
 
 
 def exposed_name(server: str, tool: str) -> str | None:
@@ -44,14 +57,24 @@ def exposed_name(server: str, tool: str) -> str | None:
     return name if _FUNCTION_NAME.match(name) else None
 
 
-def needs_confirmation(server: McpServerConfig, tool: McpTool) -> bool:
-    """`auto`: only a tool that says it is read-only runs without asking."""
+def takes_arguments(schema: dict[str, Any]) -> bool:
+    """Can a call of a tool with this input schema carry anything to the server?"""
+    return bool(schema.get("properties")) or schema.get("additionalProperties", True) is not False
+
+
+def needs_confirmation(server: McpServerConfig, tool: McpTool, schema: dict[str, Any] | None = None) -> bool:
+    """`auto`: only a tool that says it is read-only runs without asking, and only where that
+    claim is believed (module docstring)."""
     if tool.name in server.confirm_tools or server.confirm == "always":
         return True
     if server.confirm == "never":
         return False
     hints = tool.annotations
-    return not (hints is not None and hints.readOnlyHint is True)
+    if not (hints is not None and hints.readOnlyHint is True):
+        return True
+    if schema is None:
+        schema = tool.inputSchema if isinstance(tool.inputSchema, dict) else {}
+    return not server.trust_annotations and takes_arguments(schema)
 
 
 def arguments_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
@@ -78,31 +101,51 @@ def arguments_model(name: str, schema: dict[str, Any]) -> type[BaseModel]:
 
 
 def _schema_of(tool: McpTool) -> dict[str, Any] | None:
+    """The tool's input schema if it is an object schema of a sane size (cheap: checking it
+    is a valid JSON schema, which is not, comes once it fits the budget)."""
     schema = tool.inputSchema
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return None
     if len(repr(schema)) > MAX_SCHEMA_CHARS:
         return None
+    return {"type": "object", **schema}
+
+
+def _valid(schema: dict[str, Any]) -> bool:
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError:
-        return None
-    return {"type": "object", **schema}
+        return False
+    return True
 
 
 @dataclass(frozen=True)
 class Skipped:
     tool: str
+    #: invalid_name | invalid_schema | max_tools | schema_budget (| name_taken: servers.py)
     reason: str
 
 
+def spec_chars(name: str, description: str, parameters: dict[str, Any]) -> int:
+    """What one tool adds to every model call: its function spec (Tool.openai_schema), as JSON."""
+    spec = {"name": name, "description": description, "parameters": parameters}
+    return len(json.dumps({"type": "function", "function": spec}, ensure_ascii=False))
+
+
 def build_tools(
-    server: McpServerConfig, listed: list[McpTool], make_run: RunFnFactory
+    server: McpServerConfig,
+    listed: list[McpTool],
+    make_run: RunFnFactory,
+    *,
+    max_tools: int = 128,
+    max_schema_chars: int = 200_000,
 ) -> tuple[list[Tool], list[Skipped]]:
-    """The registry Tools of `server`'s listed tools that the agent uses, and what was
-    skipped and why (the caller logs it)."""
+    """The registry Tools of `server`'s listed tools that the agent uses (at most
+    `max_tools`, their specs together at most `max_schema_chars`), and what was skipped and
+    why (the caller logs it)."""
     tools: list[Tool] = []
     skipped: list[Skipped] = []
+    budget = max_schema_chars
     for t in listed:
         if not server.offers(t.name):
             continue
@@ -110,24 +153,36 @@ def build_tools(
         if name is None:
             skipped.append(Skipped(f"{server.name}{SEPARATOR}{t.name}"[:100], "invalid_name"))
             continue
+        if len(tools) >= max_tools:
+            skipped.append(Skipped(name, "max_tools"))
+            continue
         schema = _schema_of(t)
         if schema is None:
             skipped.append(Skipped(name, "invalid_schema"))
             continue
-        description = " ".join((t.description or t.title or t.name).split())
+        description = " ".join(str(t.description or t.title or t.name)[:_DESCRIPTION_READ].split())
         if len(description) > MAX_DESCRIPTION_CHARS:
             description = description[: MAX_DESCRIPTION_CHARS - 1] + "…"
+        size = spec_chars(name, description, schema)
+        if size > budget:
+            skipped.append(Skipped(name, "schema_budget"))
+            continue
+        if not _valid(schema):
+            skipped.append(Skipped(name, "invalid_schema"))
+            continue
+        budget -= size
         tools.append(
             Tool(
                 name=name,
                 description=description,
                 args_model=arguments_model(name, schema),
                 run=make_run(t.name),
-                requires_confirmation=needs_confirmation(server, t),
+                requires_confirmation=needs_confirmation(server, t, schema),
                 requires_credentials=server.credential == "user",
                 credential_resource=server.credential_resource,
                 parameters=schema,
                 server=server.name,
+                origin=server.origin,
                 grants=(mcp_server(server.name),),
             )
         )

@@ -151,6 +151,10 @@ class Tool:
     #: The MCP server the tool comes from (the agent uses it by listing the server); None:
     #: built in (the agent uses it by naming it in `tools:`).
     server: str | None = None
+    #: What the tool acts on beyond its name (an MCP tool: its server's `origin`); a
+    #: confirmation is bound to it, so after a configuration change a "yes" never runs
+    #: another server's tool of the same name. None: built in.
+    origin: str | None = None
     #: Resource instances that grant the tool besides `tool:<name>` (`mcp_server:<server>`).
     grants: tuple[str, ...] = ()
 

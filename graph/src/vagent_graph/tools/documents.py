@@ -18,13 +18,13 @@ from vagent_graph.citations import number_of
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
-from vagent_graph.scope import DocRef, Readership, ResultScope
 from vagent_graph.services import ServiceUnavailable
 from vagent_graph.services.audit import audit
 from vagent_graph.telemetry_spans import results, retrieval_span
 from vagent_graph.tools.base import Tool, ToolContext, ToolResult
 from vagent_graph.turns import current_turn
 from vagent_shared.knowledge import SearchHit, SourceRef
+from vagent_shared.readers import DocRef, Readership, ResultScope
 from vagent_shared.traces import SourceTrace
 
 log = structlog.get_logger(__name__)
@@ -119,16 +119,21 @@ async def _search(args: SearchDocumentsArgs, ctx: ToolContext, _: str | None) ->
 
 def trace_documents(hits: list[SearchHit], scope: ResultScope | None, ctx: ToolContext) -> None:
     """The turn's trace names the documents found (all readable by the asker: the search was
-    filtered), each marked with whether the room's readers may read it too."""
+    filtered), each with what decides who may read it: the 🔍 account names a document only
+    to readers who all may (judged when it is asked for: people join rooms after a turn)."""
     turn = current_turn()
     if turn is None or scope is None:
         return
     titles = {h.doc_id: h.title for h in hits}
     room = Readership(ctx.ac, ctx.audience)
     for doc in scope.documents:
-        visible = room.may_read(ResultScope(domain=scope.domain, documents=(doc,)))
+        its = ResultScope(domain=scope.domain, documents=(doc,))
         title = titles[doc.doc_id]
-        turn.source(SourceTrace(kind="document", id=doc.doc_id, title=title, room_may_see=visible))
+        turn.source(
+            SourceTrace(
+                kind="document", id=doc.doc_id, title=title, room_may_see=room.may_read(its), scope=its
+            )
+        )
 
 
 TOOL = Tool(

@@ -19,18 +19,18 @@ from vagent_graph import metrics
 from vagent_graph.knowledge.entities import Entity, EntityLookup
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
-from vagent_graph.scope import EntityRef, Readership, ResultScope
 from vagent_graph.services import ServiceUnavailable
 from vagent_graph.services.audit import audit
 from vagent_graph.tools.base import Tool, ToolContext, ToolResult
 from vagent_graph.turns import current_turn
+from vagent_shared.readers import EntityRef, Readership, ResultScope
 from vagent_shared.traces import SourceTrace
 
 log = structlog.get_logger(__name__)
 
 NAME = "lookup_entities"
 NOTHING = "No matching entities that you (and everyone in this room) may see."
-UNAVAILABLE = "The knowledge graph is not available right now."
+UNAVAILABLE = "Entity lookup is unavailable right now (the knowledge graph is not reachable). Try later."
 MAX_DESCRIPTION_CHARS = 300
 
 
@@ -139,15 +139,19 @@ async def _lookup(args: LookupEntitiesArgs, ctx: ToolContext, _: str | None) -> 
 
 def trace_entities(found: EntityLookup, scope: ResultScope, ctx: ToolContext) -> None:
     """The turn's trace names the entities shown (all visible to the asker: the lookup was
-    filtered), each marked with whether the room's readers may see it too."""
+    filtered), each with what decides who may see it (judged by the 🔍 account when asked)."""
     turn = current_turn()
     if turn is None:
         return
     names = {e.id: e.name for e in [*found.matches, *found.neighbours]}
     room = Readership(ctx.ac, ctx.audience)
     for ref in scope.entities:
-        visible = room.may_read(ResultScope(domain=scope.domain, entities=(ref,)))
-        turn.source(SourceTrace(kind="entity", id=ref.id, title=names[ref.id], room_may_see=visible))
+        its = ResultScope(domain=scope.domain, entities=(ref,))
+        turn.source(
+            SourceTrace(
+                kind="entity", id=ref.id, title=names[ref.id], room_may_see=room.may_read(its), scope=its
+            )
+        )
 
 
 TOOL = Tool(
