@@ -102,7 +102,8 @@ def test_withheld_results_and_the_calls_that_followed_them() -> None:
     assert seen[2].content == WITHHELD and "91 000" not in str(args_of(seen[3]))
     assert args_of(seen[3]) == {} and args_of(seen[1]) == {"query": "salaries"}
     assert seen[5].content == "Ana earns 91 000 EUR [1]."  # the final answer stays
-    assert seen[8].content == "Northwind grew" and args_of(seen[9]) == {"query": "again"}
+    # the next turn's calls were made with the passage in the history: withheld too
+    assert seen[8].content == WITHHELD and args_of(seen[7]) == {} and args_of(seen[9]) == {}
     assert text.count("91 000") == 1
     assert [s.doc_id for s in turn_sources(seen[:6])] == []  # a withheld result cites nothing
     assert history[2].content == "Ana earns 91 000 EUR"  # the checkpoint's messages are untouched
@@ -132,6 +133,32 @@ def test_the_result_of_a_call_made_after_a_withheld_result_is_withheld_too() -> 
     assert seen[5].content == "Done: page 42."  # posted: everyone saw it
     assert history[4].content == 'Created page 42: "Ana earns 91 000 EUR"'  # the checkpoint's: untouched
     assert visible_history(history, Readership(ALICE, None).may_read) == history  # alice alone: all of it
+
+
+def test_a_call_made_in_a_later_turn_is_withheld_too() -> None:
+    """Alice alone: salaries, then (next turn, the passage still in the history) a wiki page
+    of them. Carol joins: the page's call and its result, which repeat the passage, are
+    withheld as well as the passage; a call from before the passage keeps its result."""
+    history: list[AnyMessage] = [
+        HumanMessage(content="how many records?"),
+        call("c0", sql="SELECT COUNT(*)"),
+        tool_msg("c0", "691 records", None),
+        AIMessage(content="691."),
+        HumanMessage(content="what do we pay?"),
+        call("c1", query="salaries"),
+        tool_msg("c1", "Ana earns 91 000 EUR", HR, doc="salaries"),
+        AIMessage(content="See the HR policy."),
+        HumanMessage(content="put that on a wiki page"),
+        call("c2", title="Bands", body="Ana earns 91 000 EUR"),
+        tool_msg("c2", 'Created page 42: "Ana earns 91 000 EUR"', None),
+        AIMessage(content="Done: page 42."),
+    ]
+    seen = visible_history(history, Readership(ALICE, room(CAROL)).may_read)
+    assert "91 000" not in str([(m.content, getattr(m, "tool_calls", "")) for m in seen])
+    assert seen[2].content == "691 records" and args_of(seen[1]) == {"sql": "SELECT COUNT(*)"}
+    assert seen[10].content == WITHHELD and args_of(seen[9]) == {}
+    assert seen[11].content == "Done: page 42."
+    assert visible_history(history, Readership(ALICE, None).may_read) == history
 
 
 def test_a_call_made_beside_a_withheld_result_keeps_its_result() -> None:
@@ -173,14 +200,15 @@ sessions = st.lists(rounds, min_size=1, max_size=3)
 
 def session_of(turns: list[list[list[str]]]) -> tuple[list[AnyMessage], dict[str, bool]]:
     """The history of a worst-case model and tools: every call's arguments copy every result
-    seen earlier in its turn, and every tool's answer repeats its arguments. Each result
-    carries a unique marker; returns the markers with whether the room may read that result."""
+    seen earlier in the session (the history is the model's on every turn), and every tool's
+    answer repeats its arguments. Each result carries a unique marker; returns the markers with
+    whether the room may read that result."""
     history: list[AnyMessage] = []
     readable: dict[str, bool] = {}
     n = 0
+    seen: list[str] = []
     for t, turn in enumerate(turns):
         history.append(HumanMessage(content=f"question {t}"))
-        seen: list[str] = []
         for calls in turn:
             copied = " ".join(seen)
             ids = [f"c{n + i}" for i in range(len(calls))]
@@ -215,16 +243,15 @@ def test_nothing_a_withheld_result_said_reaches_the_model(turns: list[list[list[
 @settings(max_examples=200, deadline=None)
 @given(turns=sessions)
 def test_nothing_is_withheld_needlessly(turns: list[list[list[str]]]) -> None:
-    """A turn with no unreadable result reaches the model as it was; with alice alone, all of it."""
+    """Everything before the first unreadable result reaches the model as it was, and every
+    posted answer; with alice alone, all of it."""
     history, readable = session_of(turns)
     seen = visible_history(history, ROOM.may_read)
     assert len(seen) == len(history)
     clean = True
     for m, kept in zip(history, seen, strict=True):
-        if isinstance(m, HumanMessage):
-            clean = True
         if isinstance(m, ToolMessage) and not readable[str(m.content).split()[0]]:
             clean = False
-        if clean:
+        if clean or isinstance(m, HumanMessage) or (isinstance(m, AIMessage) and not m.tool_calls):
             assert kept == m
     assert visible_history(history, Readership(ALICE, None).may_read) == history

@@ -9,9 +9,12 @@ before every model call `visible_history` replaces the results the current reade
 read with a short placeholder. Final answers stay: everyone in the room saw them.
 
 A result with no scope (a records query, a created ticket) is as visible as running the tool
-again would be. A tool call made AFTER a withheld result in the same turn may carry what that
-result said (the model copied a passage into a ticket description): its arguments are
-withheld, and so is its result, which may repeat them ("Created page 42: <the passage>").
+again would be. A tool call made AFTER a withheld result may carry what that result said (the
+model copied a passage into a ticket description): its arguments are withheld, and so is its
+result, which may repeat them ("Created page 42: <the passage>"). That holds in the same turn
+and in every later one: the withheld result was in the history the model saw when it made
+those later calls (while the room was still alice's alone). A call made beside it, in the
+same model message, could not know what it said and keeps its result.
 
 The rule itself (`ResultScope`, `Readership`) is `vagent_shared.readers`: the bot judges a
 turn's 🔍 account by the same rule against the readers at the time of asking.
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
 from vagent_shared.readers import DocRef, EntityRef, Readership, ResultScope
 
@@ -68,17 +71,15 @@ def visible_history(
     messages: Sequence[AnyMessage], may_read: Callable[[ResultScope], bool]
 ) -> list[AnyMessage]:
     """`messages` as the model may see them now: results the readers may not read replaced by
-    WITHHELD (their sources dropped), and the tool calls made after one in the same turn
-    emptied, their results withheld too (a call made beside it, in the same model message,
+    WITHHELD (their sources dropped), and the tool calls made after one (in its turn or a later
+    one) emptied, their results withheld too (a call made beside it, in the same model message,
     could not know what it said). Messages are copied, never changed in place (they are the
     checkpoint's)."""
     out: list[AnyMessage] = []
     tainted = False
-    after: set[str] = set()  # the ids of calls made after a withheld result, in this turn
+    after: set[str] = set()  # the ids of calls made after a withheld result
     for m in messages:
-        if isinstance(m, HumanMessage):
-            tainted, after = False, set()
-        elif isinstance(m, ToolMessage):
+        if isinstance(m, ToolMessage):
             scope = scope_of(m)
             if m.tool_call_id in after or (scope is not None and not scope.empty and not may_read(scope)):
                 tainted = True
