@@ -4,8 +4,9 @@ tests/support/mcp_server.py), with the graph's default limits:
 - 2,000 tiny images and 200 elicitations in one result: the room gets MCP_MAX_IMAGES, the
   model at most MCP_RESULT_MAX_CHARS, notes included (before: 2,000 images were queued and
   the notes came on top of the cap);
-- a response larger than MCP_RESPONSE_MAX_BYTES is cut off while it streams in, and the call
-  ends at once as "may or may not have happened" (before: held whole, then cut);
+- a response larger than MCP_RESPONSE_MAX_BYTES (on the legacy SSE transport: an event) is
+  cut off while it streams in, and the call ends at once as "may or may not have happened"
+  (before: held whole, then cut);
 - 300 tools with large schemas: at most MCP_MAX_TOOLS tools, their specs together at most
   MCP_MAX_SCHEMA_CHARS, built off the event loop;
 - a storm of `tools/list_changed`: the list is read at most every LIST_CHANGED_MIN_SECONDS.
@@ -100,6 +101,22 @@ async def test_a_response_over_the_cap_is_cut_off_while_it_streams_in(server: Mc
         assert "hi" in str(await call(registry, "x__echo"))  # the server is still usable
     finally:
         await servers.aclose()
+
+
+async def test_an_event_over_the_cap_is_cut_off_on_the_legacy_sse_transport(tmp_path: Path) -> None:
+    """Over SSE the answer comes as one event of a long-lived stream: that event is cut at the
+    cap while it streams in, and the call ends at once (its timeout would say so)."""
+    with McpTestServer({"name": "hostile", "tools": TOOLS}, tmp_path, transport="sse") as sse:
+        registry = ToolRegistry()
+        servers = McpServers([config(sse.url, transport="sse")], registry, refresh_seconds=3600)
+        await servers.start()
+        try:
+            told = await call(registry, "x__huge")
+            assert isinstance(told, str) and "MAY OR MAY NOT HAVE HAPPENED" in told
+            assert told.startswith("x__huge answered with more than vagent reads"), told
+            assert "hi" in str(await call(registry, "x__echo"))
+        finally:
+            await servers.aclose()
 
 
 def schema(n: int) -> dict[str, Any]:

@@ -6,8 +6,10 @@ travel on another's call, also under concurrency. Calls reuse open sessions keye
 AND credential (pool.py).
 
 That HTTP client is the SDK's way in for two things the SDK does not do itself (`Guard`):
-- a response is read only up to MCP_RESPONSE_MAX_BYTES: a hostile server's gigabyte is cut
-  off while it streams in, and the call using the session is stopped at once;
+- a response (on the legacy SSE transport: each event) is read only up to
+  MCP_RESPONSE_MAX_BYTES: a hostile server's gigabyte is cut off while it streams in, and the
+  call using the session is stopped at once. A stdio server's output is read by the SDK
+  whole and cut afterwards: its command is one the operator installed;
 - the requests of a call are traced as children of the calling turn's span: a session lives
   in a task of its own (opened by whichever turn came first), so without this every later
   call's HTTP spans would land in that first turn's trace.
@@ -119,10 +121,35 @@ class _Limited(httpx.AsyncByteStream):
         await self.inner.aclose()
 
 
+class _EventLimited(httpx.AsyncByteStream):
+    """A long-lived event stream (the legacy SSE transport's GET, where the answers come):
+    each event stops at the guard's cap while it is read, the stream as a whole may go on."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, guard: Guard) -> None:
+        self.inner, self.guard = inner, guard
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        since = 0  # bytes since the last blank line (the end of an event)
+        tail = b""
+        async for chunk in self.inner:
+            joined = tail + chunk
+            end = max(joined.rfind(b"\n\n"), joined.rfind(b"\r\n\r\n"))
+            since = len(joined) - end if end >= 0 else since + len(chunk)
+            if since > self.guard.max_bytes:
+                self.guard.exceeded()
+                raise ResponseTooLarge(f"an event of more than {self.guard.max_bytes} bytes")
+            tail = joined[-3:]
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class GuardedClient(httpx.AsyncClient):
     """The HTTP client of one session: a call's POSTs in the calling turn's trace, everything
-    else untraced; POST responses read up to the cap. (`send` is the one method every request
-    of the SDK goes through, whatever transport or proxy serves it.)"""
+    else untraced; POST responses, and each event of an event stream, read up to the cap.
+    (`send` is the one method every request of the SDK goes through, whatever transport or
+    proxy serves it.)"""
 
     def __init__(self, guard: Guard, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -135,8 +162,11 @@ class GuardedClient(httpx.AsyncClient):
             response = await super().send(request, **kwargs)
         finally:
             otel_context.detach(token)
-        if request.method == "POST" and isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = _Limited(response.stream, self.guard)
+        if isinstance(response.stream, httpx.AsyncByteStream):
+            if request.method == "POST":
+                response.stream = _Limited(response.stream, self.guard)
+            elif "text/event-stream" in response.headers.get("content-type", ""):
+                response.stream = _EventLimited(response.stream, self.guard)
         return response
 
 
