@@ -34,6 +34,7 @@ import nio
 import pytest
 import yaml
 from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
+from redis.asyncio import Redis
 
 from tests.e2e.conftest import DOMAIN, Stack, echo_llm
 from tests.e2e.test_bot_e2e import TENANT
@@ -42,8 +43,9 @@ from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.matrix_human import HumanClient, Msg, syncing_human
 from tests.support.mcp_server import McpTestServer, tool
-from tests.support.procs import BIN
+from tests.support.procs import BIN, ServiceProcess
 from tests.support.stt_server import ScriptedSTTServer
+from vagent_shared import SessionId, redis_keys
 
 pytestmark = pytest.mark.e2e
 
@@ -52,6 +54,7 @@ REPLY_TIMEOUT = 30.0
 REPORT = ["Quarterly report Q3", "Revenue grew 12% to 4.2 million.", "Churn fell to 3%."]
 NOTES = ["Meeting notes", "We ship the release on Friday the 13th."]
 PLAN = ["Launch plan", "The launch code word is BLUE-HERON-42."]
+SALARIES = ["Salaries 2027", "The CEO earns 412 000 EUR a year."]
 PICTURE = png(320, 200)
 CHART = png(64, 48)
 PICS_PERMISSION = "mcp_server:pics"
@@ -69,6 +72,7 @@ class World:
     erin: HumanClient
     dm: str  # alice and the bot, encrypted
     group: str  # alice, bob, erin and the bot, encrypted
+    process: ServiceProcess  # this module's bot
 
     @property
     def bot(self) -> str:
@@ -158,7 +162,7 @@ async def world(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Async
             for member in (u.bot, u.bob, u.erin):
                 await alice.wait_joined(group, member)
             await asyncio.gather(bob.wait_joined(group, u.bot), erin.wait_joined(group, u.bot))
-            yield World(stack, graph, stt, pics, alice, bob, erin, dm, group)
+            yield World(stack, graph, stt, pics, alice, bob, erin, dm, group, bot)
 
 
 @pytest.fixture
@@ -285,6 +289,48 @@ async def test_an_addressed_reply_to_an_earlier_docx_in_the_group_room_uses_it(
     question = user_text(last_user(llm.requests[-1]))
     assert "notes.docx" in question and NOTES[1] in question and question.endswith("when do we ship?")
     assert posted not in [m.in_reply_to for m in await w.alice.messages_from(w.bot, w.group)]
+
+
+async def test_a_newcomers_reply_to_someone_elses_file_is_refused_and_nothing_is_read(
+    world: World, llm: ScriptedLLMServer
+) -> None:
+    """Bob joins after Alice posted salaries.pdf, so he holds no key for it; its event id is
+    still clear text. His `!ai summarise` in reply to it gets one short answer: the bot
+    downloads nothing, the model sees nothing, Bob's conversation holds nothing. Alice's own
+    reply to it is answered from it (the bot can read it: only whose file it is differs)."""
+    w = world
+    u = w.stack.users
+    room = await w.alice.create_room([u.bot], "payroll", state=TENANT, encrypted=True)
+    await w.alice.wait_joined(room, u.bot)
+    posted = await send_file(w.alice, room, "salaries.pdf", pdf_with_text(SALARIES), mimetype=PDF)
+    invited = await w.alice.client.room_invite(room, u.bob)
+    assert isinstance(invited, nio.RoomInviteResponse), invited
+    await w.bob.wait_joined(room, u.bob, timeout=REPLY_TIMEOUT)  # he joins invites as he syncs
+    await w.alice.wait_joined(room, u.bob, timeout=REPLY_TIMEOUT)
+    asked_before = len(llm.requests)
+
+    asked = await w.bob.send(room, "!ai summarise", reply_to=posted)
+    reply = await w.bob.wait_for_reply(u.bot, room, replying_to(asked, lambda _: True), REPLY_TIMEOUT)
+    assert reply.body == "⚠️ I can only read files you sent yourself."
+    assert next(e for e in w.bob.events if e.event_id == posted).type == "m.room.encrypted"  # no key
+    assert len(llm.requests) == asked_before
+    assert not any(SALARIES[1] in seen(r) for r in llm.requests)
+    logged = [r for r in w.process.log_records() if r.get("event_id") == asked]
+    assert [r["reason"] for r in logged if r["event"] == "file_refused"] == ["not_yours"]
+    assert [r for r in logged if r["event"] == "media_downloaded"] == []
+    redis = Redis.from_url(w.stack.redis_url)
+    try:
+        bobs = SessionId(room_id=room, thread_id=None, user_id=u.bob).format()
+        assert [k async for k in redis.scan_iter(match=f"*{redis_keys.glob_escape(bobs)}*")] == []
+    finally:
+        await redis.aclose()
+
+    llm.push_text("412 000 EUR.")
+    mine = await w.alice.send(room, "what does the CEO earn?", reply_to=posted, mentions=[w.bot])
+    await w.alice.wait_for_reply(
+        u.bot, room, replying_to(mine, lambda b: b.endswith("`salaries.pdf`")), REPLY_TIMEOUT
+    )
+    assert SALARIES[1] in seen(llm.requests[-1])
 
 
 async def test_an_image_reaches_a_vision_model_and_without_vision_the_model_is_told(

@@ -8,30 +8,44 @@ back to check what still mentions the forgotten user, and that nobody else lost 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
+from aiohttp import web
 from langgraph.types import Command
+from nio import AsyncClient
 from redis.asyncio import Redis
 
 from redis_local import free_port
 from tests.support.factories import ac
+from tests.support.files import pdf_with_text
+from tests.support.graph_process import TOKEN as GRAPH_TOKEN
 from tests.support.graph_runtime import scripted_runtime
-from tests.support.llm_server import ScriptedLLMServer
+from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.vagent_cli import Ran, run_vagent
+from vagent_bot.downloads import MediaDownloader, MediaRefused
 from vagent_bot.flood import FloodControl
+from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
+from vagent_bot.routing import parse_message, session_for
+from vagent_bot.transcribe import Transcriber
+from vagent_bot.turn_files import TurnFiles
 from vagent_graph import cli, erasure
+from vagent_graph.app import create_app
 from vagent_graph.end_of_run import end_of_run
 from vagent_graph.event_stream import stream_run
 from vagent_graph.resources import Resources
@@ -42,6 +56,8 @@ from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
 from vagent_shared.hitl import PendingQuestion
+from vagent_shared.settings import GraphSettings
+from vagent_shared.wire import ProcessMessageRequest
 
 BIN = Path(sys.executable).parent
 
@@ -114,9 +130,7 @@ class World:
         await HitlStore(self.redis).save(pending, 3600)
         return q
 
-    def forget(
-        self, *args: str, process: bool = False, **env: str
-    ) -> Ran | subprocess.CompletedProcess[str]:
+    def forget(self, *args: str, process: bool = False, **env: str) -> Ran | subprocess.CompletedProcess[str]:
         """`vagent admin forget ARGS` in this process (tests/support/vagent_cli.py); with
         `process`, the installed console script in a new one."""
         if not process:
@@ -486,6 +500,184 @@ async def test_a_lookalike_id_never_erases_alices_keys(world: World) -> None:
         for rest in w.lookalikes.values():
             if rest != other:
                 assert mentioning(after, rest) == mentioning(before, rest), (name, rest)
+
+
+# ---- her files, wherever a message could take them -----------------------------------------------
+
+MEDIA_PATH = "/_matrix/client/v1/media/download/localhost/{media_id}"
+BOT = "@vagent:localhost"
+
+
+@dataclass
+class Files:
+    """The bot's file handling (turn_files, with its real downloader and graph client) against
+    a real graph process, and a stand-in homeserver that serves one file and counts downloads."""
+
+    files: TurnFiles
+    graph: GraphClient
+    downloads: list[str]
+    told: list[str] = field(default_factory=list)
+
+    async def turn(
+        self, event: dict[str, Any], text: str, replied: dict[str, Any] | None = None
+    ) -> list[SSEEvent]:
+        """One message addressed to the bot (`text`: what it asks) as the bot's conversation
+        takes it: its files (refused: one short answer, no graph call), then the answer."""
+        msg = parse_message(event, event["room_id"])
+        assert msg is not None
+        try:
+            turn = await self.files.prepare(msg, text, replied)
+        except MediaRefused as exc:
+            self.told.append(exc.user_message)
+            return []
+        sid = session_for(msg)
+        req = ProcessMessageRequest(
+            session_id=sid.format(),
+            room_id=msg.room_id,
+            user_id=msg.sender,
+            message=turn.message,
+            context={"event_id": msg.event_id},
+            ac_context=ac(msg.sender),
+            attachments=turn.attachments,
+        )
+        return [ev async for ev in self.graph.process_message(req)]
+
+
+@asynccontextmanager
+async def graph_service(settings: GraphSettings) -> AsyncIterator[str]:
+    """The graph service (create_app: its routes, lifespan and resources) on real HTTP, served
+    in this event loop: the same app as `vagent-graph` without a process start (seconds)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(create_app(settings), log_config=None, access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            assert not serving.done(), serving.exception()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+
+
+@pytest.fixture
+async def files(
+    redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Files, dict[str, bytes]]]:
+    media: dict[str, bytes] = {}
+    downloads: list[str] = []
+
+    async def download(request: web.Request) -> web.Response:
+        downloads.append(request.match_info["media_id"])
+        return web.Response(body=media[request.match_info["media_id"]])
+
+    app = web.Application()
+    app.router.add_get(MEDIA_PATH, download)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    homeserver = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    stream = f"test:audit:{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("AUDIT_STREAM", stream)
+    settings = GraphSettings(
+        REDIS_URL=redis_url,
+        RECORDS_DB_PATH=tmp_path / "records.db",
+        OPENAI_BASE_URL=llm_server.base_url,
+        OPENAI_API_KEY="k",
+        LLM_MODEL="m",
+        GRAPH_API_TOKEN=GRAPH_TOKEN,
+    )
+    client = AsyncClient(homeserver, BOT)
+    client.user_id, client.access_token = BOT, "bot-token"
+    downloader = MediaDownloader(homeserver, lambda: "bot-token", max_bytes=1 << 20, stall_seconds=5)
+    turn_files = TurnFiles(client, downloader, Transcriber(None, "whisper-1"), max_per_turn=3)
+    try:
+        async with graph_service(settings) as url:
+            graph = GraphClient(url, GRAPH_TOKEN)
+            try:
+                yield Files(turn_files, graph, downloads), media
+            finally:
+                await graph.aclose()
+    finally:
+        await turn_files.aclose()
+        await client.close()
+        await runner.cleanup()
+        redis = Redis.from_url(redis_url)
+        await redis.delete(stream)
+        await redis.aclose()
+
+
+async def test_forget_removes_every_file_she_sent_wherever_a_message_could_take_it(
+    files: tuple[Files, dict[str, bytes]], redis_url: str, llm_server: ScriptedLLMServer
+) -> None:
+    """Alice's file in her DM (sent alone, kept, then asked about) and in a group room, where
+    Bob, who has a conversation of his own there, replies `!ai summarise` to it. Forgetting
+    Alice leaves her file's text and name nowhere in Redis, and Bob's conversation in place."""
+    bot, media = files
+    t = uuid.uuid4().hex[:8]
+    alice, bob = f"@{t}alice:localhost", f"@{t}bob:localhost"
+    dm, group = f"!{t}dm:localhost", f"!{t}group:localhost"
+    name, secret = f"salaries-{t}.pdf", f"The CEO earns {t} a year."
+    media["salaries"] = pdf_with_text(["Salaries 2027", secret])
+    llm_server.set_default(lambda _: TextResponse("Noted."))
+    redis = Redis.from_url(redis_url)
+
+    def event(event_id: str, sender: str, room: str, content: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "m.room.message",
+            "event_id": event_id,
+            "sender": sender,
+            "room_id": room,
+            "content": content,
+        }
+
+    the_file = {"msgtype": "m.file", "body": name, "url": "mxc://localhost/salaries"}
+    try:
+        await bot.turn(event(f"${t}a1", alice, dm, the_file), "")  # alone: kept for her next question
+        await bot.turn(
+            event(f"${t}a2", alice, dm, {"msgtype": "m.text", "body": "what is in it?"}), "what is in it?"
+        )
+        assert secret in seen(llm_server.requests[-1])
+        posted = event(f"${t}a3", alice, group, the_file)  # in the group: not for the bot
+        await bot.turn(event(f"${t}b1", bob, group, {"msgtype": "m.text", "body": "!ai hello"}), "hello")
+        reply = {
+            "msgtype": "m.text",
+            "body": "!ai summarise",
+            "m.relates_to": {"m.in_reply_to": {"event_id": posted["event_id"]}},
+        }
+        asked = len(llm_server.requests)
+        await bot.turn(event(f"${t}b2", bob, group, reply), "summarise", replied=posted)
+
+        def holding(snapshot: dict[str, str]) -> list[str]:
+            """The keys whose name or value holds her file's text or name."""
+            return sorted(k for k, v in snapshot.items() if secret in k + v or name in k + v)
+
+        before = await dump(redis)
+        assert holding(before)  # the state is real: her conversation keeps her file
+        ran = run_vagent(["admin", "forget", alice], {**os.environ, "REDIS_URL": redis_url})
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        after = await dump(redis)
+        assert holding(after) == []
+        b_main = SessionId(room_id=group, thread_id=None, user_id=bob).format()
+        assert {k: v for k, v in before.items() if b_main in k} == {
+            k: v for k, v in after.items() if b_main in k
+        }
+        assert any(k.startswith("checkpoint:") and b_main in k for k in after)  # his conversation is kept
+        # because Bob never got it: one short answer, no download, no model call
+        assert bot.told == ["I can only read files you sent yourself."]
+        assert len(llm_server.requests) == asked and bot.downloads == ["salaries"]  # hers, once, for her
+    finally:
+        async for key in redis.scan_iter(match=f"*{t}*", count=1000):
+            await redis.delete(key)
+        await redis.aclose()
+
+
+def seen(request: dict[str, Any]) -> str:
+    """Every message of an LLM request, as text."""
+    return json.dumps(request["messages"], ensure_ascii=False)
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,10 @@ A reaction may answer a question (`questions`) or ask why (🔍: `why_answers`);
 the session's running answer at once; any other message waits in its session's queue
 (`sessions`), then: `!why`? -> pending question? (`questions`) -> addressed to the bot?
 (`routing`: pure rules) -> tenant domain -> agent access (silent denial, fail closed) ->
-command / flood / length -> the message's files (downloaded only now, after access) -> stream
-the graph's answer (`conversation`), with the room's audience (`audience`: who else reads it)
-resolved once access is granted. Invites are answered here too (`invites` decides).
+command / flood / length -> the message's files (downloaded only now, after access, and only
+the sender's own: `file_owner`) -> stream the graph's answer (`conversation`), with the room's
+audience (`audience`: who else reads it) resolved once access is granted. Invites are answered
+here too (`invites` decides).
 """
 
 from __future__ import annotations

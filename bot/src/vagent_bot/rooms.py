@@ -43,7 +43,8 @@ async def sender_of(client: AsyncClient, room_id: str, event_id: str) -> str | N
 async def fetch_event(client: AsyncClient, room_id: str, event_id: str) -> dict[str, Any] | None:
     """The JSON of `event_id` in `room_id` as its members read it: decrypted in an encrypted
     room. None when it cannot be fetched or decrypted (no key), or names another room: a
-    reply's file is only ever taken from the room the reply is in."""
+    reply's file is only ever taken from the room the reply is in (and only when the replier
+    sent it: turn_files asks file_owner)."""
     resp = await client.room_get_event(room_id, event_id)
     if not isinstance(resp, RoomGetEventResponse):
         return None

@@ -3,7 +3,9 @@ one it replies to, downloaded and checked, at most ATTACHMENT_MAX_PER_TURN.
 
 Only called once the sender may use the agent at all (a denied user's file is never
 downloaded), from the session's own worker (a download never holds up the sync loop or other
-sessions). A reply's file is fetched from the reply's own room, never from another.
+sessions). A reply's file is fetched from the reply's own room, never from another, and only
+if the requester sent it themselves (`file_owner`): a reply to someone else's file ends the
+turn with NOT_YOURS before anything is downloaded; so does a new thread started on one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from nio import AsyncClient
 
 from vagent_bot import rooms
 from vagent_bot.downloads import MediaDownloader, MediaRefused
+from vagent_bot.file_owner import NOT_YOURS, file_use
 from vagent_bot.media import (
     FILE_KINDS,
     VOICE_KINDS,
@@ -71,8 +74,12 @@ class TurnFiles:
     ) -> TurnInput:
         """`text`: what routing kept of the message (a caption, or ""); `replied_event`: the event
         it replies to if already fetched; `thread_file`: a thread root whose file (a document
-        or an image; anything else is ignored) the question is about. Raises MediaRefused or
-        TranscriptionFailed (each with a `user_message` naming the file)."""
+        or an image; anything else is ignored) the question is about. Files that are not the
+        message's own are checked first, so a refused turn downloads nothing. Raises
+        MediaRefused or TranscriptionFailed (each with a `user_message` naming the file)."""
+        replied = None
+        if msg.in_reply_to is not None:
+            replied = await self.others_file(msg, msg.in_reply_to, replied_event)
         attachments: list[Attachment] = []
         heard = None
         media = msg.media
@@ -81,16 +88,14 @@ class TurnFiles:
             text = with_transcript(text, heard)
         elif media is not None:
             attachments.append(await self.attachment(media, msg.event_id))
-        if msg.in_reply_to is not None and len(attachments) < self.max_per_turn:
-            found = await self.replied_media(msg.room_id, msg.in_reply_to, replied_event)
-            if found is not None:
-                refusal = kind_refusal(found)
-                if refusal is not None:
-                    raise MediaRefused(found.kind, refusal)
-                attachments.append(await self.attachment(found, msg.in_reply_to))
+        if replied is not None and len(attachments) < self.max_per_turn:
+            refusal = kind_refusal(replied)
+            if refusal is not None:
+                raise MediaRefused(replied.kind, refusal)
+            attachments.append(await self.attachment(replied, msg.in_reply_to))
         if thread_file is not None and not attachments:
-            root = await self.replied_media(msg.room_id, thread_file)
-            if root is not None and root.kind == "file":
+            root = await self.others_file(msg, thread_file, documents_only=True)
+            if root is not None:
                 attachments.append(await self.attachment(root, thread_file))
         return TurnInput(text, attachments[: self.max_per_turn], heard)
 
@@ -110,13 +115,27 @@ class TurnFiles:
         got = await self.downloader.fetch(media, VOICE_KINDS)
         return await self.transcriber.transcribe(got.data, media.name, got.mimetype)
 
-    async def replied_media(
-        self, room_id: str, event_id: str, replied_event: dict[str, Any] | None = None
+    async def others_file(
+        self,
+        msg: IncomingMessage,
+        event_id: str,
+        event: dict[str, Any] | None = None,
+        *,
+        documents_only: bool = False,
     ) -> Media | None:
-        """The file of the event a message replies to, if it is a media event of `room_id`."""
-        event = replied_event
+        """The file of another event of the message's room (the one it replies to, its thread's
+        root) if the requester sent it; None when there is none (with `documents_only`: no
+        document or image), or the bot posted it; raises MediaRefused (NOT_YOURS) when someone
+        else did."""
         if event is None:
-            event = await rooms.fetch_event(self.client, room_id, event_id)
+            event = await rooms.fetch_event(self.client, msg.room_id, event_id)
         if event is None or event.get("event_id", event_id) != event_id:
             return None
-        return media_of_event(event)
+        media = media_of_event(event)
+        if media is None or (documents_only and media.kind != "file"):
+            return None
+        use = file_use(event.get("sender"), msg.sender, str(self.client.user_id))
+        if use == "refuse":
+            log.info("file_not_theirs", replied_to=event_id)
+            raise MediaRefused("not_yours", NOT_YOURS)
+        return media if use == "use" else None

@@ -15,6 +15,10 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
   - their turn traces (docs/traces.md): every turn in `trace:user:{user}` or in the
     `trace:session:{sid}` of one of their sessions (`trace:turn:{id}`), those index sets, the
     bot's `trace:event:{event}` pointers to those turns, and the turns' entries in `trace:all`;
+  - so every file they sent: the bot gives a file only to a turn of the person who sent it
+    (vagent_bot.file_owner), and the graph keeps it nowhere but in that session's checkpoint
+    (its text, its facts) and names it nowhere but in that turn's trace, both erased above;
+    no other Redis key holds a file (neither service caches downloads);
   - on request: their entries in the audit stream (user_id is them, or the session is one of
     theirs), but not earlier `user_forgotten` records.
 Then ONE audit record is written and kept on purpose: `user_forgotten`, resource `user:{id}`,
@@ -29,8 +33,8 @@ KEPT:
     shared by everyone in it), `bot:event_seen:{event}`, the bot's `bot:sync_token:`;
     documents and entity graphs (the organisation's knowledge, not per person);
   - outside Redis: the services' logs (audit lines included: your log retention), the
-    Matrix homeserver (erase there with its own tools), the Credential Registry, the demo
-    records database.
+    Matrix homeserver (the files themselves too: erase there with its own tools), the
+    Credential Registry, the demo records database.
 Keys of an unknown kind whose name still mentions the user are listed, not deleted.
 
 Ownership is decided exactly, never by a name pattern alone: SCAN MATCH (patterns built with
