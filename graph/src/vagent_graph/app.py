@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,6 +22,7 @@ from vagent_graph import admin, api, metrics
 from vagent_graph.agent import AgentDescriptor, load_descriptor
 from vagent_graph.api import ResourcesDep
 from vagent_graph.knowledge.embeddings import make_embedder
+from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.llm import make_chat_model, model_name
 from vagent_graph.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware, files_body_limit
 from vagent_graph.offline_model import OfflineChatModel
@@ -53,18 +54,34 @@ def check_security(settings: GraphSettings) -> None:
 service_router = APIRouter()
 
 
+#: How long /health waits for each Redis to answer.
+HEALTH_TIMEOUT_S = 2.0
+
+
+async def _answers(check: Awaitable[object]) -> bool:
+    """Whether `check` comes back true within HEALTH_TIMEOUT_S (an error is a no)."""
+    try:
+        return bool(await asyncio.wait_for(check, timeout=HEALTH_TIMEOUT_S))
+    except Exception:
+        return False
+
+
 @service_router.get("/health", response_model=HealthResponse, responses={503: {"model": HealthResponse}})
 async def health(resources: ResourcesDep) -> JSONResponse:
-    ok = True
-    try:
-        await asyncio.wait_for(resources.redis.ping(), timeout=2)  # type: ignore[misc]
-    except Exception:
-        ok = False
+    """503 only without the main Redis (checkpoints, locks, confirmations): no conversation
+    can go on then. The entity Redis is reported beside it and never fails the probe: without
+    it only entity lookups stop, and a restart of this service would not bring it back."""
+    store = resources.services.find(EntityStore)
+    ok, entities = await asyncio.gather(
+        _answers(resources.redis.ping()),  # type: ignore[arg-type]
+        _answers(store.available()) if store is not None else asyncio.sleep(0, False),
+    )
     body = HealthResponse(
         status="healthy" if ok else "unhealthy",
         active_sessions=int(metrics.ACTIVE_RUNS._value.get()),
         uptime_seconds=round(time.monotonic() - resources.started, 3),
         mcp_servers=resources.mcp.status() if resources.mcp is not None else {},
+        entities="available" if entities else "unavailable",
     )
     return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
