@@ -7,6 +7,13 @@ the 80% notice comes once; edits of the file apply without a restart and a broke
 the last good policy, logging where it is broken; a pending confirmation can still be
 answered "no"; `vagent usage` and `/admin/v1/usage` show the tokens the provider reported.
 
+What is charged (each fails on a version that counted only answers the provider reported):
+an answer stopped midway (`!stop`, the client gone) is charged what was streamed; a retry,
+the SDK's or the user's after a stream broke off, is charged as one more call; a retry the
+budget cannot hold is not sent; a turn offering big tool schemas holds budget for them, so a
+concurrent turn the budget cannot hold beside it is refused (in-process: the graph's own
+resources with a registry holding such a tool).
+
 Each test has users (and tenants) of its own in the one policy file. "Earlier usage today"
 is set straight into the day's counters where a test needs a user near their limit.
 """
@@ -28,21 +35,35 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from httpx_sse import aconnect_sse
+from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
-from tests.support.factories import ac, message_body, new_session
+from tests.support.factories import ALL_TOOLS, ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import JSON, PlannedResponse, ScriptedLLMServer, TextResponse, _prompt_tokens
 from tests.support.records import CUTOFF, older
 from tests.support.sse import post_sse
-from vagent_shared import SessionId, redis_keys
+from vagent_graph.agent import load_descriptor
+from vagent_graph.event_stream import stream_run
+from vagent_graph.llm import make_chat_model
+from vagent_graph.resources import Resources, open_resources
+from vagent_graph.tools import Tool, ToolContext
+from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.usage import OUTPUT_ALLOWANCE, schema_tokens, streamed_tokens
+from vagent_graph.workflow import new_turn_input, run_config
+from vagent_shared import SessionId, parse_sse_event, redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.budgets import UsageRow, usage_day
-from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
+from vagent_shared.events import ErrorEvent, HitlRequest, SSEEvent, TextChunk, TextFinal
+from vagent_shared.settings import GraphSettings
 
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
 ADMIN = "test-admin-token-budgets"
 LIMIT = 100_000
+#: A budget with room for one call (any call is held for more than its answer's allowance),
+#: not for a retry beside it.
+TIGHT = OUTPUT_ALLOWANCE + 1
 BIN = Path(sys.executable).parent
 
 
@@ -82,6 +103,11 @@ class World:
         found = await self.redis.hmget(day, [f"u|{user}|in", f"u|{user}|out"])
         return sum(int(v or 0) for v in found)
 
+    async def counted(self, user: str, tenant: str, calls: int) -> tuple[int, int, int]:
+        """The (tenant, user) row's tokens in and out and calls, once `calls` are recorded (a
+        stopped run is charged by its own task, a moment after the client left)."""
+        return await counted(self.redis, user, tenant, calls)
+
     async def spend(self, user: str, tokens: int) -> None:
         """Earlier usage today (as the counters would hold it)."""
         await self.redis.hincrby(redis_keys.usage_day(usage_day().isoformat()), f"u|{user}|in", tokens)
@@ -108,7 +134,13 @@ def _world_sync(
         "tenants": {f"{tag}broke": {"daily_tokens": 0}},
         "users": {
             f"@{tag}{name}:localhost": {"daily_tokens": limit}
-            for name, limit in {"conc": LIMIT, "broke": 0, "note": LIMIT, "deny": LIMIT}.items()
+            for name, limit in {
+                "conc": LIMIT,
+                "broke": 0,
+                "note": LIMIT,
+                "deny": LIMIT,
+                "tight": TIGHT,
+            }.items()
         },
     }
     path.write_text(yaml.safe_dump(policy))
@@ -291,11 +323,160 @@ async def test_vagent_usage_and_the_admin_api_show_the_reported_tokens(
     assert user not in metrics  # no per-user label
 
 
+# ---- what is charged: stops, failures, retries, tool schemas ------------------------------------
+
+
+async def test_a_stopped_answer_is_charged_what_was_streamed(
+    world: World, llm_server: ScriptedLLMServer
+) -> None:
+    user, tenant = world.user("stop"), world.tenant("stop")
+    answer = "word " * 200
+    llm_server.push_text(answer, delay=0.05)
+    seen = ""
+    async with httpx.AsyncClient(base_url=world.a.url, timeout=60) as c:
+        body = message_body(new_session(user), "tell me a long story", ac(user, domain=tenant))
+        async with aconnect_sse(c, "POST", PM, json=body, headers=world.a.headers) as src:
+            async for sse in src.aiter_sse():
+                event = parse_sse_event(sse.event, sse.data)
+                if isinstance(event, TextChunk):
+                    seen += event.content
+                if len(seen) >= 20:
+                    break  # `!stop`: the bot closes the stream (so does a client that goes away)
+    assert await asyncio.to_thread(llm_server.wait_for_streams, disconnected=1, timeout=10)
+    assert llm_server.completed_streams == 0  # no usage block ever came
+
+    inp, out, calls = await world.counted(user, tenant, 1)
+    [request] = llm_server.requests
+    assert calls == 1
+    # what was streamed (at least what the client saw), not the whole answer, and not 0
+    assert streamed_tokens(len(seen)) <= out < streamed_tokens(len(answer))
+    assert inp > schema_tokens(request["tools"])  # the prompt sent, the offered tools' schemas included
+
+
+async def test_a_retry_after_a_stream_broken_midway_is_charged_twice(
+    world: World, llm_server: ScriptedLLMServer
+) -> None:
+    user, tenant = world.user("broken"), world.tenant("broken")
+    llm_server.push_broken_stream("Part of an answer that breaks off", chunks_before=2, how="drop")
+    failed = await world.ask(world.a, user, tenant)
+    assert [e.error_code for e in failed if isinstance(e, ErrorEvent)] == ["llm_unavailable"]
+    assert final(await world.ask(world.b, user, tenant)) == "OK"  # the user asks again
+
+    inp, out, calls = await world.counted(user, tenant, 2)
+    first, second = llm_server.requests
+    assert calls == 2
+    assert out == streamed_tokens(len("Part of ")) + 1  # the two deltas that came, then "OK"
+    # the broken attempt's prompt (estimated, with the tools' schemas), then the one reported
+    assert inp > schema_tokens(first["tools"]) + _prompt_tokens(second)
+
+
+async def test_a_retry_the_budget_cannot_hold_is_not_sent(
+    world: World, llm_server: ScriptedLLMServer
+) -> None:
+    user, tenant = world.user("tight"), world.tenant("tight")
+    llm_server.push_error(500, "overloaded", retry_after=0.01)  # the SDK would retry it at once
+    events = await world.ask(world.a, user, tenant)
+    assert (
+        final(events) == f"You have used today's token budget ({TIGHT:,} tokens). It resets at midnight UTC."
+    )
+    assert len(llm_server.requests) == 1  # the retry was never sent
+
+    inp, out, calls = await world.counted(user, tenant, 1)
+    assert (
+        calls == 1 and out == 0 and inp > schema_tokens(llm_server.requests[0]["tools"])
+    )  # the refused attempt
+    await asyncio.sleep(0.3)  # the audit trail writes in the background
+    [refusal] = [e for e in await world.audited("budget_exceeded") if e.user_id == user]
+    assert refusal.reason == "user budget spent: no retry was made" and refusal.resource == "budget:user"
+
+
+class FormArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+async def _fill(args: FormArgs, ctx: ToolContext, plan: str | None) -> str:
+    return "filled"
+
+
+def form_tool(fields: int) -> Tool:
+    """A tool with a schema as big as an MCP server's can be (its own JSON schema)."""
+    properties = {
+        f"field_{i}": {"type": "string", "description": f"Field {i} of the form, as printed on it."}
+        for i in range(fields)
+    }
+    return Tool(
+        name="fill_big_form",
+        description="Fill in the big form.",
+        args_model=FormArgs,
+        run=_fill,
+        parameters={"type": "object", "properties": properties},
+    )
+
+
+async def test_a_turn_offering_big_tool_schemas_holds_them_so_a_concurrent_turn_is_refused(
+    redis_url: str, llm_server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    user, tenant = f"@{tag}form:localhost", f"{tag}form"
+    tool = form_tool(800)
+    limit = schema_tokens([tool.openai_schema()])  # room for two turns without it, one with it
+    assert limit > 15_000
+    (tmp_path / "budgets.yaml").write_text(yaml.safe_dump({"users": {user: {"daily_tokens": limit}}}))
+    settings = GraphSettings(
+        REDIS_URL=redis_url,
+        RECORDS_DB_PATH=tmp_path / "records.db",
+        OPENAI_BASE_URL=llm_server.base_url,
+        OPENAI_API_KEY="k",
+        LLM_MODEL="m",
+        GRAPH_INSECURE_DEV=True,
+        BUDGETS_FILE=tmp_path / "budgets.yaml",
+    )
+    agent = load_descriptor()
+    agent = agent.model_copy(update={"tools": [*agent.tools, tool.name]})
+    registry = default_registry()
+    registry.register(tool)
+    who = ac(user, [*ALL_TOOLS, f"tool:{tool.name}"], domain=tenant)
+    llm_server.push_text("Here is the form, filled in.", delay=0.1)
+
+    async def turn(rt: Resources) -> list[SSEEvent]:
+        graph_input = new_turn_input("fill in the form", who)
+        return [
+            e async for e in stream_run(rt.graph, graph_input, run_config(new_session(user).format()), 30)
+        ]
+
+    async with open_resources(settings, agent, registry, make_chat_model(settings, agent), "m") as rt:
+        first = asyncio.create_task(turn(rt))
+        for _ in range(3000):  # until its call is under way (held for, then sent)
+            if llm_server.requests:
+                break
+            await asyncio.sleep(0.01)
+        second = await turn(rt)
+        assert (
+            final(second)
+            == f"You have used today's token budget ({limit:,} tokens). It resets at midnight UTC."
+        )
+        assert final(await first) == "Here is the form, filled in."
+    assert len(llm_server.requests) == 1
+    assert tool.name in llm_server.offered_tool_names(0)
+
+
 # ---- helpers -----------------------------------------------------------------------------------
+
+
+async def counted(redis: Redis, user: str, tenant: str, calls: int) -> tuple[int, int, int]:
+    """The (tenant, user) row's (in, out, calls) once `calls` are recorded, or as they are
+    after a while (what a version that never records them leaves)."""
+    day = redis_keys.usage_day(usage_day().isoformat())
+    fields = [f"r|{tenant}|{user}|in", f"r|{tenant}|{user}|out", f"r|{tenant}|{user}|calls"]
+    for _ in range(200):
+        found = [int(v or 0) for v in await redis.hmget(day, fields)]
+        if found[2] >= calls:
+            break
+        await asyncio.sleep(0.05)
+    return found[0], found[1], found[2]
 
 
 def vagent(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(BIN / "vagent"), "usage", *args], env=env, capture_output=True, text=True, timeout=30
     )
-

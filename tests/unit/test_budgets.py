@@ -4,12 +4,13 @@ fields (whose they are, what `vagent usage` shows)."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import date
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from structlog.testing import capture_logs
 
 from vagent_graph.budgets import Budgets, PolicyError, parse_policy
@@ -19,14 +20,23 @@ from vagent_graph.history import approx_tokens
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.usage import (
     OUTPUT_ALLOWANCE,
+    Attempt,
+    Charge,
+    Meter,
+    charge,
     day_rows,
     days_from,
+    delta_chars,
     estimate,
     notice_due,
     notice_line,
     parse_since,
+    prompt_tokens,
     refusal_message,
+    reported_usage,
     row_field,
+    schema_tokens,
+    streamed_tokens,
     tenant_field,
     their_fields,
     user_field,
@@ -149,6 +159,97 @@ def test_the_estimate_is_the_prompt_plus_the_output_allowance() -> None:
     long = [SystemMessage(content="be brief"), HumanMessage(content="word " * 400)]
     assert estimate(short) == approx_tokens(short) + OUTPUT_ALLOWANCE
     assert estimate(long) - estimate(short) >= 400
+
+
+def big_schema(properties: int) -> dict[str, object]:
+    """An MCP tool's schema: a form of `properties` described fields."""
+    fields = {
+        f"field_{i}": {"type": "string", "description": "a field of the form " * 4} for i in range(properties)
+    }
+    return {
+        "type": "function",
+        "function": {
+            "name": "fill_form",
+            "description": "Fill the form.",
+            "parameters": {"properties": fields},
+        },
+    }
+
+
+def test_the_offered_tools_schemas_are_part_of_the_prompt_and_of_the_estimate() -> None:
+    prompt = [SystemMessage(content="be brief"), HumanMessage(content="hi")]
+    schema = big_schema(800)
+    assert schema_tokens([schema]) >= 25_000  # what an MCP server's tools can weigh
+    assert schema_tokens([schema]) == len(json.dumps(schema, separators=(",", ":"))) // 4
+    assert prompt_tokens(prompt, [schema]) == approx_tokens(prompt) + schema_tokens([schema])
+    assert estimate(prompt, [schema]) == prompt_tokens(prompt, [schema]) + OUTPUT_ALLOWANCE
+    assert prompt_tokens(prompt) == approx_tokens(prompt)  # no tools offered
+
+
+# ---- what a call is charged --------------------------------------------------------------------
+
+
+def test_each_answered_attempt_is_charged_its_usage_else_the_prompt_and_what_it_streamed() -> None:
+    sent = 1200
+    assert charge([], sent) == Charge(0, 0, 0)  # nothing reached the provider
+    assert charge([Attempt(usage=(900, 40))], sent) == Charge(900, 40, 1)  # the provider's word
+    stopped = Attempt(streamed_chars=401)  # `!stop` after 401 characters: no usage block came
+    assert charge([stopped], sent) == Charge(1200, 101, 1)
+    refused_then_answered = [Attempt(status=500), Attempt(status=429), Attempt(usage=(950, 12))]
+    assert charge(refused_then_answered, sent) == Charge(1200 + 1200 + 950, 12, 3)  # every retry counts
+    assert charge([Attempt(status=200)], sent) == Charge(1200, 0, 1)  # broke before its first delta
+    assert streamed_tokens(0) == 0 and streamed_tokens(1) == 1 and streamed_tokens(8) == 2
+
+
+def test_every_kind_of_delta_counts_and_the_usage_block_is_read() -> None:
+    text = {"choices": [{"index": 0, "delta": {"content": "Hello"}}]}
+    reasoning = {"choices": [{"index": 0, "delta": {"reasoning_content": "hmm, let me see"}}]}
+    call = {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": 0, "function": {"name": "add", "arguments": '{"a": 1'}}]},
+            }
+        ]
+    }
+    assert [delta_chars(c) for c in (text, reasoning, call)] == [5, 15, 3 + 7]
+    odd = {"choices": [None, {"delta": None}, {"delta": {"content": None, "tool_calls": [None]}}]}
+    assert delta_chars(odd) == 0 and delta_chars({}) == 0
+    usage = {"choices": [], "usage": {"prompt_tokens": 31, "completion_tokens": 7, "total_tokens": 38}}
+    assert reported_usage(usage) == (31, 7) and reported_usage(text) is None
+
+
+async def test_the_meter_follows_attempts_chunks_and_the_final_answer() -> None:
+    retries: list[int] = []
+
+    async def before_retry() -> None:
+        retries.append(1)
+
+    meter = Meter(before_retry)
+    await meter.sending()
+    meter.answered(500)
+    await meter.sending()  # the SDK's retry: held for first
+    meter.answered(200)
+    meter.streamed({"choices": [{"delta": {"content": "abcd"}}]})
+    meter.streamed({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    assert retries == [1]
+    assert meter.attempts == [Attempt(500), Attempt(200, 4, (10, 2))]
+
+    moved = Meter(before_retry)  # a redirect is followed, not retried: one attempt, no hold
+    await moved.sending()
+    moved.answered(307)
+    await moved.sending()
+    moved.answered(200)
+    assert retries == [1] and moved.attempts == [Attempt(200)]
+
+    offline = Meter()  # a model without HTTP hooks (the offline model): its answer is the attempt
+    offline.finished(
+        AIMessage(content="hi", usage_metadata={"input_tokens": 5, "output_tokens": 1, "total_tokens": 6})
+    )
+    assert offline.attempts == [Attempt(usage=(5, 1))]
+    silent = Meter()  # a provider that reports no usage: the answer's text is estimated
+    silent.finished(AIMessage(content="x" * 40))
+    assert charge(silent.attempts, 100) == Charge(100, 10, 1)
 
 
 # ---- the counters' fields ----------------------------------------------------------------------

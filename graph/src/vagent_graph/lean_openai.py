@@ -24,6 +24,11 @@ What it skips:
   dicts and the chat-completion param types have no aliased keys or date/base64 formats
   (the body on the wire is equal).
 
+What it adds (usage.py, docs/budgets.md): the budgets charge what a call cost however it
+ends, so each streamed chunk is shown to ``usage.on_chunk`` (its deltas and usage block, as
+parsed here anyway). Outside a metered call that does nothing. (Every attempt of a call, the
+SDK's retries included, is seen by the HTTP client's event hooks: ``llm.metered_http_client``.)
+
 How: ``PlainChatCompletions`` stands in for ``chat.completions`` as
 ``ChatOpenAI.async_client``. Its ``create`` does what ``AsyncCompletions.create`` does minus
 the transform, through the SDK's public low-level ``AsyncOpenAI.post`` (documented by
@@ -42,7 +47,9 @@ compare the request on the wire (body, URL, headers) and the messages langchain-
 builds from the chunks against the unmodified SDK path, and check that retries, timeouts
 and error types are the SDK's. Check too that ``AsyncCompletions.create`` still only
 transforms the body and calls ``self._post`` (this module mirrors it), and that
-langchain-openai still calls ``async_client.create(**payload)`` and reads chunks as dicts.
+langchain-openai still calls ``async_client.create(**payload)`` and reads chunks as dicts,
+and that the SDK still sends every attempt through the ``httpx`` client it is given (whose
+event hooks meter them: ``tests/integration/test_llm_retries.py``).
 Then re-run ``make bench-capacity BENCH_ARGS="--baseline-ref <a commit without this
 module>"``: if the SDK stops building a model per chunk (or langchain-openai stops asking
 for one) and the gain falls under 10%, delete this module and its wiring in ``llm.py``.
@@ -57,6 +64,8 @@ from typing import Any
 from openai import AsyncOpenAI, AsyncStream, NotGiven, Omit, RequestOptions
 from openai.resources.chat.completions import AsyncCompletions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from vagent_graph.usage import on_chunk
 
 __all__ = ["PlainChatCompletions"]
 
@@ -102,6 +111,8 @@ class _ChunkDict:
 
     @classmethod
     def build(cls, *, response: object, data: object) -> Any:
+        if isinstance(data, dict):
+            on_chunk(data)  # what the call has cost so far (usage.Meter)
         for choice in (data.get("choices") if isinstance(data, dict) else None) or ():
             if isinstance(choice, dict):
                 delta = choice.setdefault("delta", None)

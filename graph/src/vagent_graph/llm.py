@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import httpx
 from langchain_core.language_models import BaseChatModel
 
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.offline_model import OfflineChatModel
+from vagent_graph.usage import on_request, on_response
 from vagent_shared.settings import GraphSettings
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -14,6 +16,15 @@ DEFAULT_MODEL = "gpt-4o-mini"
 def model_name(settings: GraphSettings, agent: AgentDescriptor) -> str:
     """LLM_MODEL (operations) wins over the descriptor's model."""
     return settings.LLM_MODEL or agent.model or DEFAULT_MODEL
+
+
+def metered_http_client() -> httpx.AsyncClient:
+    """The SDK's default HTTP client (its timeouts, pool limits, redirects) with usage.py's
+    event hooks: every attempt the SDK sends, its retries included, is held for before it
+    goes and charged once answered (docs/budgets.md). Outside a metered call they do nothing."""
+    from openai import DefaultAsyncHttpxClient
+
+    return DefaultAsyncHttpxClient(event_hooks={"request": [on_request], "response": [on_response]})
 
 
 def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChatModel:
@@ -34,8 +45,10 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         stream_usage=True,
         timeout=settings.LLM_TIMEOUT_SECONDS,
         # The SDK's own retries: 408/409/429/5xx and connection errors, with backoff, only
-        # before a response arrives (a stream that fails midway is not retried).
+        # before a response arrives (a stream that fails midway is not retried). Each attempt
+        # is held for and charged to the budgets (metered_http_client).
         max_retries=settings.LLM_MAX_RETRIES,
+        http_async_client=metered_http_client(),
     )
     # The same SDK client (its request, retry and timeout machinery), minus the pydantic
     # model it builds per streamed chunk and its per-request walk over every message:

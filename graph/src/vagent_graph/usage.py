@@ -1,10 +1,16 @@
 """Token usage per user and tenant per UTC day, and the reservation that keeps concurrent
 turns inside a budget (docs/budgets.md). Pure helpers first, then the thin Redis I/O.
 
-What is counted: each LLM call's tokens as the provider reported them (`usage_metadata`:
-ChatOpenAI streams with `stream_options.include_usage`; the offline model reports
-deterministic counts). A call that reports none counts as a call of 0 tokens; a call that
-is cancelled midway (the client went away) reports nothing and is not counted.
+What is charged: every ATTEMPT of an LLM call that the provider answered (the SDK's retries
+are attempts too), however the call ends (answered, failed midway, stopped by `!stop` or a
+client gone, timed out): the tokens the provider reported for it (the stream's usage chunk,
+or the model's `usage_metadata`), else an estimate: the prompt sent (`prompt_tokens`: the
+messages as the history window counts them plus the offered tools' schemas) and the deltas
+streamed back so far (text, reasoning, tool names and arguments: ~4 characters a token).
+`Meter` follows a call's attempts as they happen, fed through the context variable METER by
+the HTTP client's hooks (`on_request`, `on_response`) and the streamed chunks (`on_chunk`,
+lean_openai.py); `Usage.metered` charges what it saw, in a `finally` that a cancellation
+cannot skip.
 
 Where: one hash per UTC day, `usage:{YYYY-MM-DD}` (redis_keys.usage_day), fields
 `u|{user}|in|out` (the user's day), `t|{tenant}|in|out|calls` (the tenant's day) and
@@ -14,14 +20,15 @@ to the same hash. A day hash expires DAY_TTL_SECONDS (400 days: a year of histor
 margin for "the same month last year") after its last write.
 
 Why a reservation: two replicas checking "used < limit" at the same time would both start
-a call, and N concurrent turns would overshoot by N calls. Before each LLM call a Lua
-script (atomic on the Redis server) drops lapsed holds, refuses if used + held >= limit,
-else adds a hold of the call's ESTIMATE (the prompt's approx_tokens, as window_for_llm
-counts them, plus OUTPUT_ALLOWANCE for the answer) to `usage:held:{scope}`, scored by when
-it lapses (the run's timeout: a crashed replica's holds free themselves). Recording the
-real usage removes the hold in the same MULTI. So the day's total passes the limit by at
-most about one call's usage (the last call admitted below the limit), as long as a call's
-output stays within the allowance; a turn crossing the limit mid-way stops at its next call.
+a call, and N concurrent turns would overshoot by N calls. Before each LLM call, and before
+each retry of one, a Lua script (atomic on the Redis server) drops lapsed holds, refuses if
+used + held >= limit, else adds a hold of the attempt's ESTIMATE (`prompt_tokens` plus
+OUTPUT_ALLOWANCE for the answer) to `usage:held:{scope}`, scored by when it lapses (the
+run's timeout: a crashed replica's holds free themselves). Charging a call removes its
+holds in the same MULTI. Each attempt is charged at most its hold as long as its answer
+stays within the allowance and the provider counts no more prompt tokens than the
+estimate, so the day's total passes the limit by less than one attempt's estimate (the last
+one admitted below the limit); a turn crossing the limit mid-way stops at its next call.
 
 Fail OPEN: counting is not a security boundary. If the budget check or the counting fails
 (Redis hiccup, a script error) it is logged and the call goes ahead; if Redis is really
@@ -30,14 +37,17 @@ down, the run fails anyway (its checkpointer is there).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
 import structlog
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from redis.asyncio import Redis
 
 from vagent_graph import metrics
@@ -57,6 +67,8 @@ DAY_TTL_SECONDS = 400 * 86400
 NOTIFIED_TTL_SECONDS = 2 * 86400
 #: `vagent usage --since` reaches back at most this far (the day hashes' lifetime).
 MAX_DAYS = 400
+#: ~characters a token, for what has no reported usage (as history.approx_tokens counts).
+CHARS_PER_TOKEN = 4
 
 Scope = Literal["user", "tenant"]
 
@@ -64,10 +76,100 @@ Scope = Literal["user", "tenant"]
 # ---- pure --------------------------------------------------------------------------------------
 
 
-def estimate(prompt: Sequence[BaseMessage]) -> int:
-    """What a call is held for: the prompt's tokens (approx_tokens, as the history window
-    counts them) plus OUTPUT_ALLOWANCE for its answer."""
-    return approx_tokens(prompt) + OUTPUT_ALLOWANCE
+def schema_tokens(schemas: Iterable[Mapping[str, Any]]) -> int:
+    """The offered tools' schemas: sent with every call (an MCP server's can be tens of
+    thousands of tokens), ~4 characters a token of their JSON."""
+    chars = sum(len(json.dumps(s, separators=(",", ":"), ensure_ascii=False)) for s in schemas)
+    return chars // CHARS_PER_TOKEN
+
+
+def prompt_tokens(prompt: Sequence[BaseMessage], schemas: Iterable[Mapping[str, Any]] = ()) -> int:
+    """What sending the prompt costs: its messages (approx_tokens, as the history window
+    counts them) and the offered tools' schemas."""
+    return approx_tokens(prompt) + schema_tokens(schemas)
+
+
+def estimate(prompt: Sequence[BaseMessage], schemas: Iterable[Mapping[str, Any]] = ()) -> int:
+    """What an attempt is held for: the prompt sent (`prompt_tokens`) plus OUTPUT_ALLOWANCE
+    for its answer."""
+    return prompt_tokens(prompt, schemas) + OUTPUT_ALLOWANCE
+
+
+def streamed_tokens(chars: int) -> int:
+    """Streamed characters as tokens, rounded up (a started answer is never free)."""
+    return -(-max(0, chars) // CHARS_PER_TOKEN)
+
+
+def delta_chars(chunk: Mapping[str, Any]) -> int:
+    """The characters one streamed chunk (the provider's JSON) adds to the answer: text,
+    reasoning (billed as output though never shown), tool names and arguments."""
+    n = 0
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        for key in ("content", "reasoning_content", "reasoning"):
+            value = delta.get(key)
+            n += len(value) if isinstance(value, str) else 0
+        for call in delta.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                for key in ("name", "arguments"):
+                    value = fn.get(key)
+                    n += len(value) if isinstance(value, str) else 0
+    return n
+
+
+def reported_usage(chunk: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(input, output) tokens of a chunk's usage block (`stream_options.include_usage`)."""
+    usage = chunk.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+def answer_chars(ai: AIMessage) -> int:
+    """An answer's characters (text and tool calls), for a model that reported no usage."""
+    text = ai.content if isinstance(ai.content, str) else json.dumps(ai.content)
+    calls = sum(len(c["name"]) + len(json.dumps(c.get("args", {}))) for c in ai.tool_calls)
+    return len(text) + calls
+
+
+@dataclass
+class Attempt:
+    """One request of a call that the provider answered: what it streamed back so far and
+    the usage it reported (None: none arrived: stopped, broken off, refused, or a provider
+    that reports none)."""
+
+    status: int = 200
+    streamed_chars: int = 0
+    usage: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a call costs the budgets: tokens in and out, and its attempts (`calls`)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def charge(attempts: Sequence[Attempt], sent_tokens: int) -> Charge:
+    """Every attempt the provider answered is charged (a retry is one more): the usage it
+    reported, else the prompt sent (`sent_tokens`, as `prompt_tokens` estimates it) plus
+    the deltas it streamed. An attempt the provider never answered (no connection) is not."""
+    inp = out = 0
+    for a in attempts:
+        if a.usage is not None:
+            inp, out = inp + a.usage[0], out + a.usage[1]
+        else:
+            inp, out = inp + sent_tokens, out + streamed_tokens(a.streamed_chars)
+    return Charge(inp, out, len(attempts))
 
 
 def user_field(user: str, what: str) -> str:
@@ -186,6 +288,90 @@ def refusal_message(scope: Scope, limit: int, mid_turn: bool) -> str:
     return f"I had to stop before finishing: {text[0].lower()}{text[1:]}" if mid_turn else text
 
 
+# ---- following a call's attempts ---------------------------------------------------------------
+
+
+class BudgetSpent(Exception):
+    """A retry the budget cannot hold: it is not sent (raised from the HTTP client's hook,
+    so the SDK stops retrying), and the turn ends as over budget."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(f"{refusal.scope} budget spent")
+        self.refusal = refusal
+
+
+@dataclass
+class Meter:
+    """One LLM call's attempts as they happen. `before_retry` holds budget for a retry (or
+    raises BudgetSpent) before it is sent; the first request's hold was taken before the call."""
+
+    before_retry: Callable[[], Awaitable[None]] | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    requests: int = 0
+    #: The last answer was a redirect: the next request is the same attempt, elsewhere.
+    redirected: bool = False
+
+    async def sending(self) -> None:
+        if self.redirected:
+            self.redirected = False
+            return
+        self.requests += 1
+        if self.requests > 1 and self.before_retry is not None:
+            await self.before_retry()
+
+    def answered(self, status: int) -> None:
+        if 300 <= status < 400:
+            self.redirected = True
+            return
+        self.attempts.append(Attempt(status))
+
+    def streamed(self, chunk: Mapping[str, Any]) -> None:
+        if not self.attempts:  # a client without the hooks: the stream is the attempt
+            self.attempts.append(Attempt())
+        last = self.attempts[-1]
+        last.streamed_chars += delta_chars(chunk)
+        found = reported_usage(chunk)
+        if found is not None:
+            last.usage = found
+
+    def finished(self, ai: AIMessage) -> None:
+        """The call answered: the model's own usage (the offline model's too) wins, and an
+        answer nothing was metered for is estimated from its text."""
+        if not self.attempts:
+            self.attempts.append(Attempt())
+        last = self.attempts[-1]
+        if ai.usage_metadata:
+            last.usage = (int(ai.usage_metadata["input_tokens"]), int(ai.usage_metadata["output_tokens"]))
+        elif last.usage is None and last.streamed_chars == 0:
+            last.streamed_chars = answer_chars(ai)
+
+
+#: The call being metered in this task (Usage.metered sets it; the hooks below read it).
+METER: ContextVar[Meter | None] = ContextVar("vagent_llm_meter", default=None)
+_CHAT_PATH = "/chat/completions"
+
+
+async def on_request(request: Any) -> None:
+    """httpx request hook: a chat completion is about to be sent (the SDK's retries too)."""
+    meter = METER.get()
+    if meter is not None and str(request.url.path).endswith(_CHAT_PATH):
+        await meter.sending()
+
+
+async def on_response(response: Any) -> None:
+    """httpx response hook: the provider answered a chat completion (any status)."""
+    meter = METER.get()
+    if meter is not None and str(response.request.url.path).endswith(_CHAT_PATH):
+        meter.answered(int(response.status_code))
+
+
+def on_chunk(chunk: Mapping[str, Any]) -> None:
+    """A streamed chunk of the call being metered (lean_openai's parsed JSON)."""
+    meter = METER.get()
+    if meter is not None:
+        meter.streamed(chunk)
+
+
 # ---- Redis I/O ---------------------------------------------------------------------------------
 
 #: KEYS[1] the day hash, KEYS[1+i] scope i's holds; ARGV[1] the hold's member (`{id}:{tokens}`),
@@ -220,11 +406,12 @@ return {0, 0}
 
 @dataclass
 class Hold:
-    """One LLM call's place in the budgets: who pays, and its reservation (if any)."""
+    """One LLM call's place in the budgets: who pays, and its reservations (one per attempt
+    held for; none when no limit applies)."""
 
     user: str
     tenant: str
-    member: str | None = None
+    members: list[str] = field(default_factory=list)
     held_keys: tuple[str, ...] = ()
     #: The user's tokens of the day once this call is recorded (None: not recorded).
     user_used: int | None = None
@@ -239,6 +426,10 @@ class Refusal:
     used: int
 
 
+#: Charges being written (Usage.metered), kept until they are.
+_RECORDING: set[asyncio.Future[None]] = set()
+
+
 class Usage:
     """Counting and checking, on the service's Redis (`hold_seconds`: a hold's lapse, the
     run's timeout: no LLM call outlives its run)."""
@@ -251,6 +442,25 @@ class Usage:
 
     async def reserve(self, user: str, tenant: str, tokens: int) -> Hold | Refusal:
         """Hold `tokens` against the user's and the tenant's limits, or the spent one."""
+        found = await self._hold(user, tenant, tokens)
+        if isinstance(found, Refusal):
+            return found
+        member, keys = found
+        return Hold(user, tenant, [member] if member else [], keys)
+
+    async def hold_more(self, hold: Hold, tokens: int) -> Refusal | None:
+        """Hold `tokens` more for the same call (its retry), or the spent budget."""
+        found = await self._hold(hold.user, hold.tenant, tokens)
+        if isinstance(found, Refusal):
+            return found
+        member, keys = found
+        if member:
+            hold.members.append(member)
+            hold.held_keys = tuple(dict.fromkeys((*hold.held_keys, *keys)))
+        return None
+
+    async def _hold(self, user: str, tenant: str, tokens: int) -> tuple[str, tuple[str, ...]] | Refusal:
+        """The new hold's member and keys ("" and none: no limit applies, or the check failed)."""
         policy = self.budgets.policy()
         limited: list[tuple[Scope, str, str, int]] = []
         user_limit, tenant_limit = policy.user_limit(user), policy.tenant_limit(tenant)
@@ -261,7 +471,7 @@ class Usage:
                 ("tenant", redis_keys.usage_held(f"t|{tenant}"), tenant_field(tenant, ""), tenant_limit)
             )
         if not limited:
-            return Hold(user, tenant)
+            return "", ()
         member = f"{uuid.uuid4().hex}:{max(0, tokens)}"
         args: list[Any] = [member, self.hold_ms]
         for _, _, prefix, limit in limited:
@@ -273,17 +483,48 @@ class Usage:
             )
         except Exception as exc:  # fail open: counting is not a security boundary
             log.warning("budget_check_failed", error_type=type(exc).__name__)
-            return Hold(user, tenant)
+            return "", ()
         spent, used = int(found[0]), int(found[1])
         if spent:
             scope, _, _, limit = limited[spent - 1]
             return Refusal(scope, limit, used)
-        return Hold(user, tenant, member, tuple(k for _, k, _, _ in limited))
+        return member, tuple(k for _, k, _, _ in limited)
 
-    async def record(self, hold: Hold, model: str, usage: Mapping[str, Any] | None) -> None:
-        """Add one call's reported tokens to the day (and free its hold), in one MULTI."""
-        inp = int((usage or {}).get("input_tokens") or 0)
-        out = int((usage or {}).get("output_tokens") or 0)
+    async def metered(
+        self, hold: Hold, model: str, sent_tokens: int, call: Callable[[], Awaitable[AIMessage]]
+    ) -> AIMessage:
+        """Make one LLM call with its attempts metered (METER), and charge it however it
+        ends: answered, failed, or cancelled by a stop or a client gone. A retry is held for
+        before it is sent (BudgetSpent when the budget cannot hold it). `sent_tokens`: the
+        prompt's estimate (`prompt_tokens`)."""
+
+        async def before_retry() -> None:
+            found = await self.hold_more(hold, sent_tokens + OUTPUT_ALLOWANCE)
+            if found is not None:
+                raise BudgetSpent(found)
+
+        meter = Meter(before_retry)
+        token = METER.set(meter)
+        try:
+            ai = await call()
+            meter.finished(ai)
+        finally:
+            METER.reset(token)
+            # Its own task, shielded (and kept: the loop holds tasks weakly): a second
+            # cancellation while it is written cannot lose the charge.
+            recording = asyncio.ensure_future(self.record(hold, model, charge(meter.attempts, sent_tokens)))
+            _RECORDING.add(recording)
+            recording.add_done_callback(_RECORDING.discard)
+            await asyncio.shield(recording)
+        return ai
+
+    async def record(self, hold: Hold, model: str, spent: Charge) -> None:
+        """Add one call's charge to the day (and free its holds), in one MULTI; a call no
+        attempt of which reached the provider only frees its holds."""
+        if spent.calls == 0:
+            await self.release(hold)
+            return
+        inp, out = spent.input_tokens, spent.output_tokens
         day = redis_keys.usage_day(usage_day().isoformat())
         u, t = hold.user, hold.tenant
         try:
@@ -292,13 +533,14 @@ class Usage:
             pipe.hincrby(day, user_field(u, "out"), out)
             pipe.hincrby(day, tenant_field(t, "in"), inp)
             pipe.hincrby(day, tenant_field(t, "out"), out)
-            pipe.hincrby(day, tenant_field(t, "calls"), 1)
+            pipe.hincrby(day, tenant_field(t, "calls"), spent.calls)
             pipe.hincrby(day, row_field(t, u, "in"), inp)
             pipe.hincrby(day, row_field(t, u, "out"), out)
-            pipe.hincrby(day, row_field(t, u, "calls"), 1)
+            pipe.hincrby(day, row_field(t, u, "calls"), spent.calls)
             pipe.expire(day, DAY_TTL_SECONDS)
-            for key in hold.held_keys:
-                pipe.zrem(key, hold.member or "")
+            if hold.members:
+                for key in hold.held_keys:
+                    pipe.zrem(key, *hold.members)
             done = await pipe.execute()
             hold.user_used = int(done[0]) + int(done[1])
         except Exception as exc:  # fail open (see the module's docstring)
@@ -307,15 +549,15 @@ class Usage:
         metrics.TENANT_TOKENS.labels(t, model, "output").inc(out)
 
     async def release(self, hold: Hold) -> None:
-        """Free a hold whose call failed (nothing reported, nothing counted)."""
-        if hold.member is None:
+        """Free a call's holds with nothing charged."""
+        if not hold.members:
             return
         try:
             pipe = self.redis.pipeline(transaction=False)
             for key in hold.held_keys:
-                pipe.zrem(key, hold.member)
+                pipe.zrem(key, *hold.members)
             await pipe.execute()
-        except Exception as exc:  # it lapses by itself
+        except Exception as exc:  # they lapse by themselves
             log.debug("usage_release_failed", error_type=type(exc).__name__)
 
     async def notice(self, hold: Hold) -> str | None:

@@ -40,7 +40,16 @@ from vagent_graph.tool_calls import Confirm, PersonalResults, ToolCalls, pending
 from vagent_graph.tools import Tool, ToolContext, ToolRegistry
 from vagent_graph.turns import CONFIG_KEY as TURN_KEY
 from vagent_graph.turns import TurnRecorder, turn_of
-from vagent_graph.usage import Hold, Refusal, Scope, Usage, estimate, refusal_message
+from vagent_graph.usage import (
+    OUTPUT_ALLOWANCE,
+    BudgetSpent,
+    Hold,
+    Refusal,
+    Scope,
+    Usage,
+    prompt_tokens,
+    refusal_message,
+)
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import Audience
 from vagent_shared.traces import SourceTrace
@@ -74,6 +83,10 @@ class Deps:
     personal_results: PersonalResults = "ask"
     #: TOOL_IMAGE_MAX_BYTES: a larger image a tool returns is not posted into the room.
     tool_image_max_bytes: int = 5 * 1024 * 1024
+    #: CONFIRM_MAX_CHARS: a longer confirmation question is not asked (the model shortens).
+    confirm_max_chars: int = 20_000
+    #: OTEL_CAPTURE_CONTENT: free-text tool arguments are kept in turn traces too.
+    capture_content: bool = False
     #: LLM_VISION: the model sees images (else none is ever sent to it, history included).
     vision: bool = False
     #: Token usage and budgets (usage.py; None: nothing counted, no limits).
@@ -92,6 +105,8 @@ class Workflow:
             deps.credential_help,
             deps.personal_results,
             deps.tool_image_max_bytes,
+            deps.confirm_max_chars,
+            deps.capture_content,
         )
 
     # ---- the model node ----------------------------------------------------------------
@@ -112,11 +127,17 @@ class Workflow:
         # The system prompt and the history's window: what the call is held for and then sent.
         window = window_for_llm(messages, agent.history.max_context_tokens)
         prompt: list[AnyMessage] = [SystemMessage(content=agent.system_prompt), *window]
-        hold = await self._reserve(ac, prompt, calls, config)
+        # The tools it is offered: their schemas are sent with it, so held for and charged too.
+        tools = visible_tools(self.deps.registry, agent, ac)
+        sent = prompt_tokens(prompt, [t.openai_schema() for t in tools]) if self.deps.usage else 0
+        hold = await self._reserve(ac, sent, calls, config)
         if isinstance(hold, dict):  # a budget is spent: no LLM call, the turn ends here
             return hold
-        tools = self._offered(ac, session_of(config))
-        ai = await self._counted_call(tools, prompt, config, hold)
+        self._offered(ac, session_of(config), tools)
+        try:
+            ai = await self._counted_call(tools, prompt, config, hold, sent)
+        except BudgetSpent as spent:  # a retry the budget could not hold was not sent
+            return self._spent(ac, config, spent.refusal, calls, "no retry was made")
         if ai.tool_calls:
             return {"messages": [ai], "llm_calls": calls + 1}
         sources = turn_sources(messages)
@@ -138,11 +159,12 @@ class Workflow:
 
     # ---- budgets (usage.py, docs/budgets.md) ---------------------------------------------
     async def _reserve(
-        self, ac: AcContext, prompt: list[AnyMessage], calls: int, config: RunnableConfig
+        self, ac: AcContext, sent: int, calls: int, config: RunnableConfig
     ) -> Hold | dict[str, Any] | None:
-        """Before an LLM call: its hold on the user's and the tenant's budgets, or the turn's
-        end when one is spent (or llm_calls_per_turn is reached). A step already chosen (a
-        tool call) has run by now: a turn crossing the limit stops here, cleanly."""
+        """Before an LLM call: its hold on the user's and the tenant's budgets (the prompt
+        sent, `sent` tokens with the tools' schemas, and its answer), or the turn's end when
+        one is spent (or llm_calls_per_turn is reached). A step already chosen (a tool call)
+        has run by now: a turn crossing the limit stops here, cleanly."""
         usage = self.deps.usage
         if usage is None:
             return None
@@ -153,12 +175,18 @@ class Workflow:
                 "question). Please ask again, more specifically."
             )
             return self._over_budget(ac, config, "llm_calls_per_turn", stop, {"limit": per_turn})
-        found = await usage.reserve(ac.user_id, ac.active_acl_domain, estimate(prompt))
+        found = await usage.reserve(ac.user_id, ac.active_acl_domain, sent + OUTPUT_ALLOWANCE)
         if isinstance(found, Refusal):
-            text = refusal_message(found.scope, found.limit, mid_turn=calls > 0)
-            spent = {"limit": found.limit, "used": found.used}
-            return self._over_budget(ac, config, found.scope, text, spent)
+            return self._spent(ac, config, found, calls, "no LLM call was made")
         return found
+
+    def _spent(
+        self, ac: AcContext, config: RunnableConfig, found: Refusal, calls: int, what: str
+    ) -> dict[str, Any]:
+        """The turn ends on a spent budget (`what` did not happen), telling the user whose."""
+        text = refusal_message(found.scope, found.limit, mid_turn=calls > 0)
+        spent = {"limit": found.limit, "used": found.used}
+        return self._over_budget(ac, config, found.scope, text, spent, what)
 
     def _over_budget(
         self,
@@ -167,6 +195,7 @@ class Workflow:
         scope: Scope | str,
         text: str,
         metadata: dict[str, Any],
+        what: str = "no LLM call was made",
     ) -> dict[str, Any]:
         """The turn ends with `text`, audited `budget_exceeded`, recorded as over budget."""
         metrics.BUDGET_REFUSALS.labels(scope).inc()
@@ -177,7 +206,7 @@ class Workflow:
             session_of(config),
             resource=f"budget:{scope}",
             decision="denied",
-            reason=f"{scope} budget spent: no LLM call was made",
+            reason=f"{scope} budget spent: {what}",
             metadata=metadata,
         )
         turn = turn_of(config)
@@ -186,24 +215,25 @@ class Workflow:
         return {"messages": [AIMessage(content=text)]}
 
     async def _counted_call(
-        self, tools: list[Tool], prompt: list[AnyMessage], config: RunnableConfig, hold: Hold | None
+        self,
+        tools: list[Tool],
+        prompt: list[AnyMessage],
+        config: RunnableConfig,
+        hold: Hold | None,
+        sent: int,
     ) -> AIMessage:
-        """The model call, its reported tokens counted and its hold freed."""
+        """The model call, charged however it ends (answered, failed, stopped: usage.py's
+        `metered`), its holds freed."""
         usage = self.deps.usage
         if usage is None or hold is None:
             return await self._call_model(tools, prompt, config)
-        try:
-            ai = await self._call_model(tools, prompt, config)
-        except BaseException:  # failed or cancelled: nothing reported, nothing counted
-            await usage.release(hold)
-            raise
-        await usage.record(hold, self.deps.model_label, ai.usage_metadata)
-        return ai
+        return await usage.metered(
+            hold, self.deps.model_label, sent, lambda: self._call_model(tools, prompt, config)
+        )
 
-    def _offered(self, ac: AcContext, session_id: str) -> list[Tool]:
-        """The tools this user may see, and the record that they were offered."""
+    def _offered(self, ac: AcContext, session_id: str, tools: list[Tool]) -> list[Tool]:
+        """The record that these tools (the ones this user may see) were offered."""
         deps = self.deps
-        tools = visible_tools(deps.registry, deps.agent, ac)
         audit(
             deps.services,
             "tool_offered",
