@@ -102,8 +102,8 @@ def test_withheld_results_and_the_calls_that_followed_them() -> None:
     assert seen[2].content == WITHHELD and "91 000" not in str(args_of(seen[3]))
     assert args_of(seen[3]) == {} and args_of(seen[1]) == {"query": "salaries"}
     assert seen[5].content == "Ana earns 91 000 EUR [1]."  # the final answer stays
-    # the next turn's calls were made with the passage in the history: withheld too
-    assert seen[8].content == WITHHELD and args_of(seen[7]) == {} and args_of(seen[9]) == {}
+    # the current turn's calls were made for these readers (the passage already withheld)
+    assert seen[8].content == "Northwind grew" and args_of(seen[9]) == {"query": "again"}
     assert text.count("91 000") == 1
     assert [s.doc_id for s in turn_sources(seen[:6])] == []  # a withheld result cites nothing
     assert history[2].content == "Ana earns 91 000 EUR"  # the checkpoint's messages are untouched
@@ -152,12 +152,17 @@ def test_a_call_made_in_a_later_turn_is_withheld_too() -> None:
         call("c2", title="Bands", body="Ana earns 91 000 EUR"),
         tool_msg("c2", 'Created page 42: "Ana earns 91 000 EUR"', None),
         AIMessage(content="Done: page 42."),
+        HumanMessage(content="(carol joined) how many records now?"),
+        call("c3", sql="SELECT COUNT(*)"),
+        tool_msg("c3", "692 records", None),
     ]
     seen = visible_history(history, Readership(ALICE, room(CAROL)).may_read)
     assert "91 000" not in str([(m.content, getattr(m, "tool_calls", "")) for m in seen])
     assert seen[2].content == "691 records" and args_of(seen[1]) == {"sql": "SELECT COUNT(*)"}
     assert seen[10].content == WITHHELD and args_of(seen[9]) == {}
     assert seen[11].content == "Done: page 42."
+    # this turn's call was made with the passage withheld: it keeps its result
+    assert seen[14].content == "692 records" and args_of(seen[13]) == {"sql": "SELECT COUNT(*)"}
     assert visible_history(history, Readership(ALICE, None).may_read) == history
 
 
@@ -200,8 +205,10 @@ sessions = st.lists(rounds, min_size=1, max_size=3)
 
 def session_of(turns: list[list[list[str]]]) -> tuple[list[AnyMessage], dict[str, bool]]:
     """The history of a worst-case model and tools: every call's arguments copy every result
-    seen earlier in the session (the history is the model's on every turn), and every tool's
-    answer repeats its arguments. Each result carries a unique marker; returns the markers with
+    seen earlier in the session (the history is the model's on every turn, and earlier turns
+    had other readers, who saw everything), and every tool's answer repeats its arguments. The
+    last turn is the current one: its readers are the room's now, so its calls copy only what
+    they may read of this turn. Each result carries a unique marker; returns the markers with
     whether the room may read that result."""
     history: list[AnyMessage] = []
     readable: dict[str, bool] = {}
@@ -209,8 +216,11 @@ def session_of(turns: list[list[list[str]]]) -> tuple[list[AnyMessage], dict[str
     seen: list[str] = []
     for t, turn in enumerate(turns):
         history.append(HumanMessage(content=f"question {t}"))
+        if t == len(turns) - 1:
+            seen = []
         for calls in turn:
-            copied = " ".join(seen)
+            current = t == len(turns) - 1
+            copied = " ".join(m for m in seen if readable[m] or not current)
             ids = [f"c{n + i}" for i in range(len(calls))]
             history.append(
                 AIMessage(
@@ -243,13 +253,16 @@ def test_nothing_a_withheld_result_said_reaches_the_model(turns: list[list[list[
 @settings(max_examples=200, deadline=None)
 @given(turns=sessions)
 def test_nothing_is_withheld_needlessly(turns: list[list[list[str]]]) -> None:
-    """Everything before the first unreadable result reaches the model as it was, and every
-    posted answer; with alice alone, all of it."""
+    """Everything before the first unreadable result reaches the model as it was, every
+    posted answer, and the current turn's readable results; with alice alone, all of it."""
     history, readable = session_of(turns)
     seen = visible_history(history, ROOM.may_read)
     assert len(seen) == len(history)
+    current = max(i for i, m in enumerate(history) if isinstance(m, HumanMessage))
     clean = True
-    for m, kept in zip(history, seen, strict=True):
+    for i, (m, kept) in enumerate(zip(history, seen, strict=True)):
+        if i == current:
+            clean = True
         if isinstance(m, ToolMessage) and not readable[str(m.content).split()[0]]:
             clean = False
         if clean or isinstance(m, HumanMessage) or (isinstance(m, AIMessage) and not m.tool_calls):

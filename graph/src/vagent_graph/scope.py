@@ -12,9 +12,10 @@ A result with no scope (a records query, a created ticket) is as visible as runn
 again would be. A tool call made AFTER a withheld result may carry what that result said (the
 model copied a passage into a ticket description): its arguments are withheld, and so is its
 result, which may repeat them ("Created page 42: <the passage>"). That holds in the same turn
-and in every later one: the withheld result was in the history the model saw when it made
-those later calls (while the room was still alice's alone). A call made beside it, in the
-same model message, could not know what it said and keeps its result.
+and in every later turn before the current one: the withheld result was in the history the
+model saw when it made those calls (while the room was still alice's alone). The current
+turn's calls were made with it already withheld (the same readers), and keep their results.
+A call made beside it, in the same model message, could not know what it said either.
 
 The rule itself (`ResultScope`, `Readership`) is `vagent_shared.readers`: the bot judges a
 turn's 🔍 account by the same rule against the readers at the time of asking.
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from vagent_shared.readers import DocRef, EntityRef, Readership, ResultScope
 
@@ -72,13 +73,17 @@ def visible_history(
 ) -> list[AnyMessage]:
     """`messages` as the model may see them now: results the readers may not read replaced by
     WITHHELD (their sources dropped), and the tool calls made after one (in its turn or a later
-    one) emptied, their results withheld too (a call made beside it, in the same model message,
-    could not know what it said). Messages are copied, never changed in place (they are the
+    one, up to the current turn) emptied, their results withheld too (a call made beside it,
+    in the same model message, could not know what it said; nor could the current turn's,
+    made for these readers). Messages are copied, never changed in place (they are the
     checkpoint's)."""
+    current = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
     out: list[AnyMessage] = []
     tainted = False
     after: set[str] = set()  # the ids of calls made after a withheld result
-    for m in messages:
+    for i, m in enumerate(messages):
+        if i == current:
+            tainted = False
         if isinstance(m, ToolMessage):
             scope = scope_of(m)
             if m.tool_call_id in after or (scope is not None and not scope.empty and not may_read(scope)):
