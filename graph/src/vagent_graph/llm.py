@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
+
 from langchain_core.language_models import BaseChatModel
 
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.offline_model import OfflineChatModel
 from vagent_graph.usage import on_request, on_response
 from vagent_shared.settings import GraphSettings
+
+if TYPE_CHECKING:
+    from openai import DefaultAsyncHttpxClient
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -18,7 +22,7 @@ def model_name(settings: GraphSettings, agent: AgentDescriptor) -> str:
     return settings.LLM_MODEL or agent.model or DEFAULT_MODEL
 
 
-def metered_http_client() -> httpx.AsyncClient:
+def metered_http_client() -> DefaultAsyncHttpxClient:
     """The SDK's default HTTP client (its timeouts, pool limits, redirects) with usage.py's
     event hooks: every attempt the SDK sends, its retries included, is held for before it
     goes and charged once answered (docs/budgets.md). Outside a metered call they do nothing."""
