@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from tests.support.big_pages import pdf_of_pages
 from tests.support.files import (
     corrupt_pdf,
     docx_with_text,
@@ -260,6 +261,26 @@ async def test_a_long_pdf_is_read_only_as_far_as_the_model_can_be_shown() -> Non
     content = turn_content("summarise", [read], vision=False, max_tokens=1000)
     assert isinstance(content, str)
     assert re.search(rf"only its first \d of its {read.pages} pages are shown", content), content[:600]
+
+
+@pytest.mark.parametrize(
+    ("pages", "pages_read"),
+    [
+        (["a" * 300_000, "b" * 300_000, "c" * 300_000], 1),  # reading stops after a huge first page
+        (["a" * 100, "b" * 300_000], 2),  # read to the end, the last page huge
+    ],
+)
+async def test_a_pdf_with_huge_pages_gives_the_graph_no_more_than_the_cap(
+    pages: list[str], pages_read: int
+) -> None:
+    data = pdf_of_pages(pages)
+    assert len(data) < 10_000  # a few kilobytes on the wire
+    read = await read_attachment("dense.pdf", data, LIMITS)  # the cap: 32,000 characters
+    assert len(read.text) == LIMITS.max_chars + 1 and read.text.startswith("[page 1]\n\n" + pages[0][:50])
+    assert (read.pages, read.pages_read) == (len(pages), pages_read)
+    content = turn_content("summarise", [read], vision=False, max_tokens=LIMITS.max_chars // 4)
+    assert isinstance(content, str) and len(content) < LIMITS.max_chars + 2000
+    assert "The file is too long to show whole" in content
 
 
 async def test_several_files_are_read_at_once() -> None:

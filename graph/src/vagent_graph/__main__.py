@@ -8,6 +8,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from vagent_graph.app import InsecureConfigError, create_app
+from vagent_graph.attachments.sandbox import harden_parent
 from vagent_graph.knowledge.parsing import quiet_parsers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings
@@ -34,6 +35,7 @@ def instrument(app: FastAPI) -> None:
 
 
 def main() -> None:
+    harden_parent()  # first: no process of this uid reads the keys in /proc/<pid>/environ
     settings = GraphSettings()
     configure_logging(settings.LOG_LEVEL, service="vagent-graph")
     quiet_parsers()  # documents uploaded to the admin API

@@ -1,11 +1,11 @@
 """Reading one attached file: its size and real type checked here, its content read in a
-process of its own (worker.py) under memory, CPU and time limits.
+process of its own (worker.py) under memory, CPU and time limits, walled in by sandbox.py.
 
 Why a process and not a thread: a thread cannot be stopped, shares the graph's memory and
 holds the GIL while a parser loops in Python. A hostile file (a zip bomb, a decompression
 bomb, a PDF that never ends, one that crashes a C parser) can only end that process; the
-graph's event loop awaits a pipe meanwhile. Every way it can go wrong ends as Refused, whose
-reason the user reads.
+graph's event loop awaits a pipe meanwhile, and reads no more of it than an answer can
+hold. Every way it can go wrong ends as Refused, whose reason the user reads.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import structlog
 
 from vagent_graph.attachments.content import CHARS_PER_TOKEN
+from vagent_graph.attachments.sandbox import harden_parent
 from vagent_graph.attachments.worker import TOO_MUCH_MEMORY
 from vagent_shared.attachments import clean_name, kind_of, sniff_mime
 
@@ -69,6 +70,8 @@ _SAVE_AS: Final = {
 _DAMAGED: Final = "it could not be read (the file may be damaged)"
 _STDERR_LOG_CHARS: Final = 2000
 _BIG_ANSWER: Final = 256 * 1024
+#: Room in an answer for everything but the text or the image (keys, numbers, a reason).
+_ANSWER_SLACK: Final = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ async def read_attachment(name: str, data: bytes, limits: ReadLimits) -> ReadFil
         raise Refused(name, f"the file is {_size(size)}, over the {limit} limit for files")
     kind, mime = _readable(name, sniff_mime(data, name))
     async with _workers():
-        result = await _run_worker(name, mime, data, limits)
+        result = await _run_worker(name, kind, mime, data, limits)
     peak = _int(result.get("peak_rss"))
     if result.get("ok") is not True:
         reason = result.get("reason")
@@ -165,7 +168,7 @@ async def read_attachment(name: str, data: bytes, limits: ReadLimits) -> ReadFil
             mime,
             kind,
             size,
-            text=text if isinstance(text, str) else "",
+            text=text[: limits.max_chars + 1] if isinstance(text, str) else "",  # whatever the worker says
             pages=pages if isinstance(pages, int) else None,
             pages_read=_int(result.get("pages_read")) or None,
             chars=_int(result.get("chars")) if result.get("chars") is not None else None,
@@ -211,8 +214,12 @@ def _readable(name: str, mime: str | None) -> tuple[Literal["document", "image"]
     raise Refused(name, f"this kind of file is not supported; I read {SUPPORTED}")
 
 
-async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> dict[str, Any]:
-    """Run worker.py on the bytes; its JSON answer, or Refused when it died or overran."""
+async def _run_worker(
+    name: str, kind: Literal["document", "image"], mime: str, data: bytes, limits: ReadLimits
+) -> dict[str, Any]:
+    """Run worker.py on the bytes; its JSON answer, or Refused when it died or overran (or
+    said more than an answer of its kind can hold: a worker running someone's code)."""
+    _harden()
     cpu_seconds = math.ceil(limits.timeout) + 1  # the wall-clock timeout below is the tighter one
     request = json.dumps(
         {"mime": mime, "max_side": limits.image_max_side, "max_chars": limits.max_chars}
@@ -220,6 +227,7 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
     request += b"\n"
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
+        "-P",  # the graph's working directory is not on the worker's import path
         "-m",
         _WORKER,
         str(limits.memory_mb),
@@ -230,7 +238,9 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
         env=_worker_env(),
     )
     try:
-        out, err = await asyncio.wait_for(_exchange(proc, request, data), limits.timeout)
+        out, err = await asyncio.wait_for(
+            _exchange(proc, request, data, answer_limit(kind, limits)), limits.timeout
+        )
     except TimeoutError:
         log.info("attachment_worker_timeout", mime=mime, size=len(data), timeout=limits.timeout)
         raise Refused(name, f"reading it took too long (over {limits.timeout:g} seconds)") from None
@@ -240,6 +250,9 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
                 proc.kill()
             await proc.wait()
     returncode = proc.returncode
+    if out is None:
+        log.warning("attachment_worker_answer_too_large", mime=mime, limit=answer_limit(kind, limits))
+        raise Refused(name, _DAMAGED)
     try:  # a long document's answer is megabytes of JSON: parsed off the event loop
         result = (
             await asyncio.to_thread(json.loads, out) if len(out) > _BIG_ANSWER else json.loads(out or b"null")
@@ -249,6 +262,7 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
     if returncode == 0 and isinstance(result, dict):
         if err.strip():
             log.debug("attachment_worker_stderr", mime=mime, stderr=_tail(err))
+        _log_sandbox(result.get("sandbox"))
         return result
     log.warning("attachment_worker_failed", mime=mime, returncode=returncode, stderr=_tail(err))
     if returncode == -signal.SIGXCPU:
@@ -258,16 +272,65 @@ async def _run_worker(name: str, mime: str, data: bytes, limits: ReadLimits) -> 
     raise Refused(name, _DAMAGED)
 
 
+def answer_limit(kind: Literal["document", "image"], limits: ReadLimits) -> int:
+    """The most bytes a worker's answer can take: for a document, its text at the cap (one
+    character more) with every character escaped (6 bytes); for an image, the scaled copy
+    in base64 at 4.1 bytes a pixel (PNG of RGBA noise: 4.006). The graph reads no more."""
+    if kind == "document":
+        return 6 * (limits.max_chars + 1) + _ANSWER_SLACK
+    image = limits.image_max_side * limits.image_max_side * 41 // 10 + _ANSWER_SLACK
+    return 4 * (image // 3 + 1) + _ANSWER_SLACK
+
+
+_hardened = False
+_sandbox_seen: dict[str, Any] | None = None
+
+
+def _harden() -> None:
+    """The graph goes non-dumpable before its first worker (vagent-graph does it at start-up
+    too): a worker must not read its keys from /proc/<graph>/environ."""
+    global _hardened
+    if not _hardened:
+        _hardened = True
+        if not harden_parent():
+            log.warning("attachment_parent_dumpable", platform=sys.platform)
+
+
+def _log_sandbox(walls: object) -> None:
+    """What the worker's walls are on this host, logged once (and again if it changes): an
+    operator sees when there is no network namespace or no seccomp filter."""
+    global _sandbox_seen
+    if not isinstance(walls, dict):
+        return
+    seen = {  # only ints and booleans: a worker running someone's code may say anything
+        "uid": _int(walls.get("uid")),
+        "net_namespace": walls.get("net_namespace") is True,
+        "seccomp": walls.get("seccomp") is True,
+        "capabilities": walls.get("capabilities") is not False,
+    }
+    if seen == _sandbox_seen:
+        return
+    _sandbox_seen = seen
+    weak = seen["capabilities"] or not seen["seccomp"]
+    (log.warning if weak else log.info)("attachment_worker_sandbox", **seen)
+
+
 #: The file goes to the worker in pieces this large, each written out before the next: the
 #: pipe's buffer never holds a copy of the whole file.
 _FEED_CHUNK = 1 << 20
+#: The worker's answer and stderr are read in pieces this large.
+_READ_CHUNK = 1 << 16
 
 
-async def _exchange(proc: asyncio.subprocess.Process, request: bytes, data: bytes) -> tuple[bytes, bytes]:
+async def _exchange(
+    proc: asyncio.subprocess.Process, request: bytes, data: bytes, max_answer: int
+) -> tuple[bytes | None, bytes]:
     """Like communicate(request + data), without its two copies of the file (the sum, then
-    the transport's buffer of what the pipe did not take at once)."""
+    the transport's buffer of what the pipe did not take at once), and reading at most
+    `max_answer` bytes of the answer (None past it: the worker is killed) and only the end
+    of stderr."""
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    stdin = proc.stdin
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
 
     async def feed() -> None:
         try:
@@ -280,14 +343,41 @@ async def _exchange(proc: asyncio.subprocess.Process, request: bytes, data: byte
         except (BrokenPipeError, ConnectionResetError):
             pass  # the worker ended early (a limit): its exit status says why
 
+    async def answer() -> bytes | None:
+        out = await _read_at_most(stdout, max_answer)
+        if out is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        return out
+
     feeding = asyncio.ensure_future(feed())
     try:
-        out, err = await asyncio.gather(proc.stdout.read(), proc.stderr.read())
+        out, err = await asyncio.gather(answer(), _read_tail(stderr, _STDERR_LOG_CHARS))
         await feeding
     finally:
         feeding.cancel()
     await proc.wait()
     return out, err
+
+
+async def _read_at_most(stream: asyncio.StreamReader, limit: int) -> bytes | None:
+    """Everything up to EOF, or None as soon as it is more than `limit` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(_READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_tail(stream: asyncio.StreamReader, keep: int) -> bytes:
+    """Read to EOF, keeping only the last `keep` bytes (a worker may print without end)."""
+    tail = b""
+    while chunk := await stream.read(_READ_CHUNK):
+        tail = (tail + chunk)[-keep:]
+    return tail
 
 
 def _worker_env() -> dict[str, str]:

@@ -4,11 +4,13 @@ MEMORY_MB CPU_SECONDS`, started by reading.py for every file.
 Why a process: parsers are large C and Python code fed with bytes anyone can send. Here a
 zip bomb hits RLIMIT_AS and ends as a MemoryError (or a dead process), an endless PDF hits
 RLIMIT_CPU or the parent's timeout, a parser crash kills this process only; the graph's
-event loop only ever waits on a pipe.
+event loop only ever waits on a pipe. A parser bug that runs code meets sandbox.py's walls,
+put up before anything is read: no network, no processes, no way into the graph.
 
 Protocol: stdin is one JSON line ({"mime", "max_side", "max_chars"}) and then the file's bytes; stdout is
 one JSON object: {"ok": true, ...what was read} or {"ok": false, "reason": ...}, with
-"peak_rss" (bytes) either way. A reason is a short phrase the user reads. Anything else on
+"peak_rss" (bytes) and "sandbox" (which walls held, sandbox.confine) either way. A reason
+is a short phrase the user reads. Anything else on
 stdout or stderr (a library printing) goes to stderr, which the parent logs, never shows.
 
 Why so few imports here: the parsers are imported only for the file's type (parsing.py
@@ -31,9 +33,14 @@ import resource
 import sys
 from typing import TYPE_CHECKING, Any
 
+from vagent_graph.attachments.sandbox import confine
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from PIL.Image import Image as PILImage
 
+    from vagent_graph.knowledge.parsing import ParsedDocument
     from vagent_shared.knowledge import DocumentFormat
 
 #: Images larger than this many pixels are refused before they are decoded (64 MP: a
@@ -68,7 +75,7 @@ class Refusal(Exception):
 
 def main() -> int:
     memory_mb, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
-    _limit(memory_mb, cpu_seconds)
+    walls = confine(memory_mb, cpu_seconds)  # before a byte of the request or the file is read
     answer = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # whatever a library prints lands in stderr, never in the answer
     request = json.loads(sys.stdin.buffer.readline())
@@ -81,6 +88,7 @@ def main() -> int:
         result = {"ok": False, "reason": TOO_MUCH_MEMORY}
     del data
     result["peak_rss"] = _peak_rss()
+    result["sandbox"] = walls
     json.dump(result, answer, ensure_ascii=False)
     answer.flush()
     return 0
@@ -99,23 +107,6 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def _limit(memory_mb: int, cpu_seconds: int) -> None:
-    """Set here, before a byte of the file is read: a preexec_fn in the graph would stop
-    subprocess from using vfork (slow for a large parent) and is unsafe with threads."""
-    _lower(resource.RLIMIT_AS, memory_mb * 1024 * 1024, memory_mb * 1024 * 1024)
-    _lower(resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1)  # SIGXCPU, then SIGKILL
-    _lower(resource.RLIMIT_CORE, 0, 0)  # a crash never writes the file to disk
-    _lower(resource.RLIMIT_FSIZE, 0, 0)  # nor does anything else (Python ignores SIGXFSZ)
-
-
-def _lower(which: int, soft: int, hard: int) -> None:
-    """Never above a hard limit already set (a container's): raising it would fail."""
-    _, current = resource.getrlimit(which)
-    if current != resource.RLIM_INFINITY:
-        soft, hard = min(soft, current), min(hard, current)
-    resource.setrlimit(which, (soft, hard))
-
-
 def _read(mime: str, max_side: int, max_chars: int, data: bytes) -> dict[str, Any]:
     if mime in _FORMATS:
         return _document(mime, data, max_chars)
@@ -128,20 +119,27 @@ def _read(mime: str, max_side: int, max_chars: int, data: bytes) -> dict[str, An
 
 
 def _document(mime: str, data: bytes, max_chars: int) -> dict[str, Any]:
-    """The text, at most about `max_chars` of it (what the model can be shown at most): a
-    PDF's pages are extracted only that far, other text is cut after parsing. `chars` is
-    the whole text's length when known, `pages_read` how many of a PDF's pages were read."""
+    """The text, at most `max_chars` + 1 characters of it (what the model can be shown at
+    most, and one more so a cut is still seen as one): a PDF's pages are extracted only
+    that far, other text is cut after parsing."""
     from vagent_graph.knowledge.parsing import DocumentError, parse_document, quiet_parsers
 
     quiet_parsers()
-    fmt = _FORMATS[mime]
     try:
-        doc = parse_document(data, fmt, _LABEL, max_chars=max_chars)
+        doc = parse_document(data, _FORMATS[mime], _LABEL, max_chars=max_chars)
     except DocumentError as exc:
         if _caused_by_memory(exc):
             raise MemoryError from exc
         raise Refusal(str(exc).removeprefix(f"{_LABEL}: ")) from exc
-    pdf = fmt == "pdf"
+    return document_answer(doc, max_chars)
+
+
+def document_answer(doc: ParsedDocument, max_chars: int) -> dict[str, Any]:
+    """The answer for a parsed document, its text cut to `max_chars` + 1 characters on every
+    path: a PDF read to its end or stopped early (the page that reached the budget may hold
+    millions of characters by itself), a page or the whole. `chars` is the whole text's
+    length when known, `pages_read` how many of a PDF's pages were read."""
+    pdf = doc.format == "pdf"
     parts: list[str] = []
     previous: tuple[str, ...] = ()
     for number, section in enumerate(doc.sections, start=1):
@@ -152,17 +150,32 @@ def _document(mime: str, data: bytes, max_chars: int) -> dict[str, Any]:
         previous = section.headings
         if section.text:
             parts.append(section.text)
-    text = "\n\n".join(parts)
+    text, whole = joined_within(parts, max_chars + 1)
     read = len(doc.sections)
     if pdf and doc.total_pages is not None:  # stopped early: the whole length is unknown
         return {"ok": True, "text": text, "pages": doc.total_pages, "pages_read": read, "chars": None}
     return {
         "ok": True,
-        "text": text[: max_chars + 1],  # one more: the cut below it is still seen as a cut
+        "text": text,
         "pages": read if pdf else None,
         "pages_read": read if pdf else None,
-        "chars": len(text),
+        "chars": whole,
     }
+
+
+def joined_within(parts: Sequence[str], limit: int) -> tuple[str, int]:
+    """`"\n\n".join(parts)` cut to `limit` characters, without building the whole (a part
+    may be huge); and the whole's length."""
+    kept: list[str] = []
+    size = whole = 0
+    for n, part in enumerate(parts):
+        sep = "\n\n" if n else ""
+        whole += len(sep) + len(part)
+        room = limit - size
+        if room > 0:
+            kept += [sep[:room], part[: max(0, room - len(sep))]]
+            size += min(room, len(sep) + len(part))
+    return "".join(kept), whole
 
 
 def _caused_by_memory(exc: BaseException) -> bool:
