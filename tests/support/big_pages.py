@@ -4,9 +4,10 @@ far under ATTACHMENT_MAX_BYTES can put millions of characters on one page."""
 
 from __future__ import annotations
 
-import io
 import zlib
 from collections.abc import Sequence
+
+from tests.support.files import pdf_file
 
 
 def pdf_of_pages(texts: Sequence[str]) -> bytes:
@@ -30,15 +31,4 @@ def pdf_of_pages(texts: Sequence[str]) -> bytes:
         )
         kids.append(b"%d 0 R" % page)
     objects[1] = b"<< /Type /Pages /Kids [" + b" ".join(kids) + b"] /Count %d >>" % len(texts)
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    return pdf_file(objects)

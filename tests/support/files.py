@@ -98,6 +98,12 @@ def _pdf(streams: list[bytes], title: str | None) -> bytes:
             "/Resources << /Font << /F1 3 0 R >> >> >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
+    return pdf_file(objects, b"/Info 4 0 R")
+
+
+def pdf_file(objects: Sequence[bytes], trailer: bytes = b"") -> bytes:
+    """`objects` (numbered from 1, the catalog first) as a PDF file with its xref table;
+    `trailer`: more trailer entries (`/Info 4 0 R`)."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
@@ -108,7 +114,8 @@ def _pdf(streams: list[bytes], title: str | None) -> bytes:
     out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
     for offset in offsets:
         out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R /Info 4 0 R >>\n" % (len(objects) + 1))
+    extra = trailer + b" " if trailer else b""
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R %s>>\n" % (len(objects) + 1, extra))
     out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
     return out.getvalue()
 

@@ -74,14 +74,7 @@ def image_content(
     if width is not None and height is not None:
         info["w"], info["h"] = width, height
     content: dict[str, Any] = {"msgtype": "m.image", "body": name, "info": info, "m.mentions": {}}
-    if file is not None:
-        content["file"] = file
-    else:
-        content["url"] = url
-    relation = _relation(thread_root, reply_to)
-    if relation is not None:
-        content["m.relates_to"] = relation
-    return content
+    return _placed(content, url, file, thread_root, reply_to)
 
 
 def file_content(
@@ -104,6 +97,18 @@ def file_content(
         "info": {"mimetype": mimetype, "size": size},
         "m.mentions": {},
     }
+    return _placed(content, url, file, thread_root, reply_to)
+
+
+def _placed(
+    content: dict[str, Any],
+    url: str | None,
+    file: dict[str, Any] | None,
+    thread_root: str | None,
+    reply_to: str | None,
+) -> dict[str, Any]:
+    """A media event's `content` with where its bytes are (`file` when encrypted, else `url`)
+    and its place in the thread or reply chain."""
     if file is not None:
         content["file"] = file
     else:
