@@ -6,11 +6,14 @@ All bind 127.0.0.1 on free ports (never 6379/8000/8008).
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import structlog
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -64,3 +67,44 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SynapseServer]
     server = SynapseServer(free_port(), tmp_path_factory.mktemp("synapse"), for_tests=True).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def json_logs() -> Iterator[Callable[[], None]]:
+    """Call it to log as a service does (JSON lines on stdout, captured by `capsys`: call it in
+    the test's body, where capsys' stdout is in place); put back after the test. Loggers are
+    not cached on first use meanwhile: a module first logging during the test would keep its
+    processors for good, and a later test's `capture_logs` would never see its lines."""
+    from vagent_shared.logs import configure_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    saved: dict[str, Any] = structlog.get_config()
+
+    def log_json() -> None:
+        configure_logging("DEBUG", service="test")
+        structlog.configure(cache_logger_on_first_use=False)
+
+    try:
+        yield log_json
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        structlog.configure(**saved)
+
+
+@pytest.fixture(autouse=True)
+def _logging_put_back() -> Iterator[None]:
+    """Whatever a test does to process-wide logging (a command or a service configured in this
+    process: root handlers on a captured stream, structlog loggers cached on first use) ends
+    with it: a later test's `capture_logs` must see its lines, and nothing may write to a
+    capture since closed."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    saved: dict[str, Any] = structlog.get_config()
+    yield
+    if root.handlers != handlers or root.level != level:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    if structlog.get_config() != saved:
+        structlog.configure(**saved)

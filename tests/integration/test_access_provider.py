@@ -32,7 +32,6 @@ from vagent_bot.access import AccessProvider, AccessResult
 from vagent_bot.metrics import ACCESS, ACP_ERRORS
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
-from vagent_shared.logs import configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "deploy/dev/acp-policy.yaml"
@@ -540,9 +539,11 @@ async def test_closed_port_fails_closed() -> None:
     assert _count(ACP_ERRORS, "transport") == before + 1
 
 
-async def test_denials_and_failures_are_logged(capsys: pytest.CaptureFixture[str]) -> None:
+async def test_denials_and_failures_are_logged(
+    capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None]
+) -> None:
     """Audit trail: `access_denied` (WARNING) for every denial, `acp_unavailable` (ERROR) on failures."""
-    configure_logging("DEBUG", service="test")  # JSON lines on the (captured) stdout
+    json_logs()  # JSON lines on the (captured) stdout
 
     async def broken(_: dict[str, Any]) -> bytes:
         return http_response(500, b"{}")
@@ -571,12 +572,12 @@ async def test_empty_user_or_domain_is_denied_without_asking(provider: AccessPro
     ids=["another_tenant", "case_differs", "trailing_space", "wildcard"],
 )
 async def test_an_answer_for_another_domain_fails_closed_and_is_audited(
-    redis_url: str, capsys: pytest.CaptureFixture[str], answered_domain: str
+    redis_url: str, capsys: pytest.CaptureFixture[str], answered_domain: str, json_logs: Callable[[], None]
 ) -> None:
     """A provider that answers (even a superuser with the agent grant) for a domain other than
     the room's tenant: no access, `domain_mismatch` counted once, an `access_denied` log line
     with both domains and an `access_denied` audit event naming both, in the real stream."""
-    configure_logging("DEBUG", service="test")
+    json_logs()
     stream = f"audit-mismatch-{uuid.uuid4().hex[:8]}"
     redis = Redis.from_url(redis_url)
     trail = AuditTrail("bot", redis, stream)

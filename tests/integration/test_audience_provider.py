@@ -25,7 +25,6 @@ from vagent_bot.access import AccessProvider
 from vagent_bot.audience import RoomAudience, fetch_members
 from vagent_bot.metrics import ACCESS, ACP_ERRORS
 from vagent_shared.knowledge import Audience
-from vagent_shared.logs import configure_logging
 
 DOMAIN = "localhost"
 BOT, ALICE, DAVE, ADMIN = "@vagent:localhost", "@alice:localhost", "@dave:localhost", "@admin:localhost"
@@ -110,10 +109,13 @@ def _count(metric: Any, label: str) -> float:
 
 
 async def test_members_are_resolved_for_reading_without_an_access_decision(
-    provider: AccessProvider, acp: ServiceProcess, capsys: pytest.CaptureFixture[str]
+    provider: AccessProvider,
+    acp: ServiceProcess,
+    capsys: pytest.CaptureFixture[str],
+    json_logs: Callable[[], None],
 ) -> None:
     """Dave may not use the agent but sits in the room: his context counts for what he reads."""
-    configure_logging("DEBUG", service="test")
+    json_logs()
     before = decisions()
     audience = await resolve(provider, [BOT, ALICE, DAVE, ADMIN, MALLORY, ERIN])
     assert audience.member_count == 6 and not audience.public_only

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -24,7 +25,6 @@ from vagent_bot.audience import (
 from vagent_bot.metrics import AUDIENCE_FALLBACKS, AUDIENCE_UNRESOLVED
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import Audience, AudienceMember
-from vagent_shared.logs import configure_logging
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest
 
 BOT, ALICE, BOB, CAROL, DAVE = (f"@{n}:example.org" for n in ("vagent", "alice", "bob", "carol", "dave"))
@@ -234,9 +234,9 @@ async def test_a_crowded_room_asks_nobody() -> None:
 
 
 async def test_one_summary_line_per_message_and_unresolved_members_counted(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], json_logs: Callable[[], None]
 ) -> None:
-    configure_logging("DEBUG", service="test")
+    json_logs()
     provider = Provider({BOB: ac(BOB)})  # carol and dave: no usable answer
     before = _count(AUDIENCE_UNRESOLVED)
     audience = await resolve(room_audience([ALICE, BOB, CAROL, DAVE, BOT], provider))
