@@ -246,6 +246,8 @@ def main() -> int:
             env["REDIS_URL"] = RedisServer(redis_port, DATA / "redis").url
         if not entity_redis_given:
             entity_port = int(env.get("ENTITY_REDIS_PORT", "6391"))
+            if not redis_given and entity_port == redis_port:
+                raise SystemExit(f"run: ENTITY_REDIS_PORT and REDIS_PORT are both {entity_port}")
             entity_redis = start_redis(
                 entity_port, DATA / "entity-redis", "entities", "graph module, for entities"
             )

@@ -57,21 +57,24 @@ def budgets_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def make_run(tmp_path_factory: pytest.TempPathFactory, budgets_file: Path) -> Iterator[dict[str, int]]:
-    ports = {
-        name: free_port()
-        for name in (
-            "HTTP_PORT",
-            "REDIS_PORT",
-            "ENTITY_REDIS_PORT",
-            "SYNAPSE_PORT",
-            "ACP_PORT",
-            "BOT_HEALTH_PORT",
-            "CREDENTIALS_PORT",
-            "TICKETS_PORT",
-            "CALENDAR_PORT",
-            "STT_STANDIN_PORT",
-        )
-    }
+    names = (
+        "HTTP_PORT",
+        "REDIS_PORT",
+        "ENTITY_REDIS_PORT",
+        "SYNAPSE_PORT",
+        "ACP_PORT",
+        "BOT_HEALTH_PORT",
+        "CREDENTIALS_PORT",
+        "TICKETS_PORT",
+        "CALENDAR_PORT",
+        "STT_STANDIN_PORT",
+    )
+    ports: dict[str, int] = {}
+    for name in names:  # free_port may hand out the same free port twice: ten different ones
+        port = free_port()
+        while port in ports.values():
+            port = free_port()
+        ports[name] = port
     drop = {
         "REDIS_URL",
         "ENTITY_REDIS_URL",
