@@ -25,6 +25,10 @@ from vagent_graph.file_messages import kept_before
 CANCELLED_TOOL_RESULT = "Cancelled: this tool call was not completed (no answer in time)."
 
 
+#: ~Characters a token: the estimate of every budget here (the history window, a call's hold
+#: and what a stopped answer is charged, usage.py).
+CHARS_PER_TOKEN = 4
+
 #: What an image part costs in a budget (providers charge ~85-1600 tokens an image by its
 #: size; its base64, counted as text, would be ~100x that and push the history out).
 IMAGE_PART_TOKENS = 1000
@@ -34,9 +38,9 @@ def approx_tokens(messages: Sequence[BaseMessage]) -> int:
     """~4 characters a token, an image part IMAGE_PART_TOKENS; good enough for a budget, and free."""
     total = 0
     for m in messages:
-        total += 4 + _content_chars(m.content) // 4 + IMAGE_PART_TOKENS * _images(m.content)
+        total += 4 + _content_chars(m.content) // CHARS_PER_TOKEN + IMAGE_PART_TOKENS * _images(m.content)
         if isinstance(m, AIMessage):
-            total += sum(len(str(tc.get("args", ""))) // 4 + 8 for tc in m.tool_calls)
+            total += sum(len(str(tc.get("args", ""))) // CHARS_PER_TOKEN + 8 for tc in m.tool_calls)
     return total
 
 

@@ -52,7 +52,7 @@ from redis.asyncio import Redis
 
 from vagent_graph import metrics
 from vagent_graph.budgets import Budgets
-from vagent_graph.history import approx_tokens
+from vagent_graph.history import CHARS_PER_TOKEN, approx_tokens
 from vagent_shared import redis_keys
 from vagent_shared.budgets import NOTICE_SHARE, UsageRow, usage_day
 
@@ -67,8 +67,6 @@ DAY_TTL_SECONDS = 400 * 86400
 NOTIFIED_TTL_SECONDS = 2 * 86400
 #: `vagent usage --since` reaches back at most this far (the day hashes' lifetime).
 MAX_DAYS = 400
-#: ~characters a token, for what has no reported usage (as history.approx_tokens counts).
-CHARS_PER_TOKEN = 4
 
 Scope = Literal["user", "tenant"]
 
