@@ -18,7 +18,9 @@ entities (deploy/dev/knowledge, ingested with `vagent docs`; unchanged ones are 
 graph service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot.
 Their JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the
 secrets generated for this machine (the bot's password, the graph's credential-cache key) in
-.data/dev-secrets.json.
+.data/dev-secrets.json, the budgets the demo edits in .data/budgets.yaml (a copy of
+deploy/dev/budgets.yaml, unless BUDGETS_FILE is set) and, for the `vagent` operator commands in
+a second terminal, .data/dev.env (`. .data/dev.env`: dev_env.py).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import IO, Any, Literal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+from dev_env import budgets_setting, write_dev_env  # noqa: E402
 from procutil import read_log  # noqa: E402
 
 from redis_local import RedisServer  # noqa: E402
@@ -101,6 +104,19 @@ def audit_line(audit: dict[str, Any]) -> str:
     return text if len(text) <= AUDIT_WIDTH else text[: AUDIT_WIDTH - 1] + "…"
 
 
+def flood_line(entry: dict[str, Any]) -> str:
+    """The bot's `flood_limited` warning as what happened: who was refused and why, on one short
+    line (user and room are user-controlled: no terminal escapes)."""
+    limit, window = entry.get("limit", "?"), entry.get("window", "?")
+    if isinstance(window, float) and window.is_integer():
+        window = int(window)
+    text = f"flood_limited {entry.get('user_id', '?')} refused: over {limit} messages in {window} s"
+    if entry.get("room_id"):
+        text += f" (room {entry['room_id']})"
+    text = _UNPRINTABLE.sub("?", text)
+    return text if len(text) <= AUDIT_WIDTH else text[: AUDIT_WIDTH - 1] + "…"
+
+
 def readable(service: str, line: str, color: bool) -> str | None:
     """One JSON log line as `12:00:01 graph  info  event key=value` (an audit event as its
     gist); other lines as they are."""
@@ -122,6 +138,8 @@ def readable(service: str, line: str, color: bool) -> str | None:
         audit = entry.get("audit")
         if event == "audit" and isinstance(audit, dict):
             text = f"{ts} {level} {audit_line(audit)}"
+        elif event == "flood_limited":
+            text = f"{ts} {level} {flood_line(entry)}"
         else:
             rest = " ".join(f"{k}={v}" for k, v in entry.items())
             text = f"{ts} {level} {event} {rest}".rstrip()
@@ -201,6 +219,14 @@ def start_redis(port: int, data: Path, modules: Literal["main", "entities"], wha
     return server
 
 
+def shown_path(path: Path) -> str:
+    """`path` as the user would type it here: relative to the current directory when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def fernet_key() -> str:
     """A new Fernet key (32 random bytes, url-safe base64), as `vagent admin genkey` prints."""
     return base64.urlsafe_b64encode(os.urandom(32)).decode()
@@ -273,7 +299,7 @@ def main() -> int:
             )
         env.setdefault("GRAPH_API_TOKEN", DEV_TOKEN)
         env.setdefault("GRAPH_ADMIN_TOKEN", DEV_ADMIN_TOKEN)
-        env.setdefault("RECORDS_DB_PATH", str(DATA / "records.db"))
+        env.setdefault("RECORDS_DB_PATH", str(DATA / "records" / "{domain}.db"))
         env.setdefault("HTTP_HOST", "127.0.0.1")
         port = env.setdefault("HTTP_PORT", "8000")
         acp_port = env.setdefault("ACP_PORT", "8090")
@@ -309,8 +335,9 @@ def main() -> int:
                 env.setdefault("STT_API_KEY", env["STT_STANDIN_API_KEY"])
         if not env.get("AGENT_DESCRIPTOR"):
             env["AGENT_DESCRIPTOR"] = str(ROOT / "deploy/dev/agent.yaml")
-        # Generous token budgets a newcomer can edit to see one apply (docs/budgets.md).
-        env.setdefault("BUDGETS_FILE", str(ROOT / "deploy/dev/budgets.yaml"))
+        # Generous token budgets a newcomer can edit to see one apply (docs/budgets.md): a
+        # git-ignored copy in .data, so the demo leaves the checkout as it was.
+        env["BUDGETS_FILE"] = budgets_setting(env, DATA, ROOT / "deploy/dev/budgets.yaml")
         if not env.get("CREDENTIAL_CACHE_KEY"):
             env["CREDENTIAL_CACHE_KEY"] = dev_secret("credential_cache_key", fernet_key)
         env.setdefault("GRAPH_API_ENDPOINT", f"http://127.0.0.1:{port}")
@@ -320,6 +347,7 @@ def main() -> int:
         env.setdefault("BOT_HEALTH_HOST", "127.0.0.1")
         health_port = env.setdefault("BOT_HEALTH_PORT", "8080")
 
+        dev_env = write_dev_env(DATA, env, BIN, DEV_ADMIN_TOKEN)
         ingest_demo(env)
         acp = start("acp", "vagent-acp", {})
         creds = start("creds", "vagent-credentials", {})
@@ -357,10 +385,8 @@ def main() -> int:
             if env["STT_BASE_URL"] == stt_url
             else f"the bot uses {env['STT_BASE_URL']}"
         )
-        # The CLIs default to port 6379: name our Redis (a REDIS_URL of yours is yours to pass,
-        # and may hold a password, so it is not printed).
-        redis_env = "" if redis_given else f"REDIS_URL={env['REDIS_URL']} "
-        docs_env = redis_env + ("" if entity_redis_given else f"ENTITY_REDIS_URL={env['ENTITY_REDIS_URL']} ")
+        # The CLIs default to port 6379 and are not on PATH: dev.env points them at this stack.
+        source = f". {shown_path(dev_env)}"
         audit_stream = env.get("AUDIT_STREAM") or "vagent:audit"
         homeserver = (
             f"""  homeserver      {env["MATRIX_HOMESERVER"]}  (throwaway; demo users:)
@@ -374,15 +400,16 @@ vagent is running.
   bot             {env["MATRIX_USER"]}   (health: http://127.0.0.1:{health_port}/health)
   graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note};
                   admin API: /admin/v1, {admin_note})
-  documents       `{docs_env}.venv/bin/vagent docs list` (demo: deploy/dev/knowledge/README.md)
+  operator        `{source}` in another terminal, then `vagent docs|audit|usage|trace|admin`
+  documents       `vagent docs list` (demo: deploy/dev/knowledge/README.md)
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
   credentials     {creds_url}   (DEVELOPMENT registry; policy: {env["CREDENTIALS_POLICY_FILE"]}{creds_note})
   tickets         http://127.0.0.1:{tickets_port}   (demo ticket service; data: {env["TICKETS_DB_PATH"]})
   calendar        {calendar_url}   (demo calendar MCP server; data: {env["CALENDAR_DB_PATH"]}{calendar_note})
   speech-to-text  {stt_url}   ({stt_note})
   agent           {env["AGENT_DESCRIPTOR"]}   (AGENT_DESCRIPTOR)
-  audit trail     `{redis_env}.venv/bin/vagent audit tail` (Redis stream {audit_stream})
-  token usage     `{redis_env}.venv/bin/vagent usage` (budgets: {env["BUDGETS_FILE"] or "none"})
+  audit trail     `vagent audit tail` (Redis stream {audit_stream})
+  token usage     `vagent usage` (budgets: {env["BUDGETS_FILE"] or "none"}, applied when saved)
   LLM             {llm or "offline model (set OPENAI_BASE_URL / OPENAI_API_KEY for a real one)"}
 Talk to it: `make chat` in another terminal (as @alice:localhost; CHAT_USER=@dave:localhost
 CHAT_PASSWORD=dave-password make chat to see a user without access get nothing), or any Matrix
@@ -395,7 +422,7 @@ never offered the calendar) and "book a design review with @bob:localhost on 202
 Files and voice in `make chat`: `/file deploy/dev/samples/report.pdf what is the outlook?`,
 `/file deploy/dev/samples/screenshot.png what went wrong?` and
 `/voice deploy/dev/samples/voice.wav` (the stand-in hears "What is on my calendar today?").
-Then see who did what: `{redis_env}.venv/bin/vagent audit tail`.
+Then see who did what: `{source}; vagent audit tail` in another terminal.
 Ctrl-C stops everything.
 """)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

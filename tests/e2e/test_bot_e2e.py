@@ -148,7 +148,7 @@ async def test_no_cancels_and_deletes_nothing(
     await alice.wait_for_reply(stack.users.bot, room, reads("Okay, I did not delete anything."))
     assert older_than(stack, "2019-01-01") == before
     tool = next(m for m in llm.requests[-1]["messages"] if m["role"] == "tool")
-    assert "declined" in tool["content"]
+    assert "The user said no" in tool["content"]
 
 
 async def test_confirmation_by_reaction(stack: Stack, alice: HumanClient, llm: ScriptedLLMServer) -> None:

@@ -149,5 +149,5 @@ async def test_a_key_sent_to_a_yes_no_question_is_refused_not_reasked(
     await alice.send(room, "no")
     await alice.wait_for_reply(u.bot, room, reads("Okay, I did not delete anything."))
     assert older_than(stack, "2018-01-01") == before
-    assert "declined" in tool_results(llm)[-1]
+    assert "The user said no" in tool_results(llm)[-1]
     assert await leaks(stack, alice, room, llm, key) == []

@@ -127,7 +127,7 @@ async def test_every_tool_confirmation_shows_every_argument(
                 assert q.options == ["yes", "no"], tool.name
                 check_shown(q.question, arguments, tool)
                 await h.answer(sid, "no")
-                assert "declined" in tool_results(llm_server.requests[-1])[0], tool.name
+                assert "The user said no" in tool_results(llm_server.requests[-1])[0], tool.name
 
 
 async def test_confirm_tools_applies_to_a_tool_that_asks_its_own_question(
@@ -140,7 +140,9 @@ async def test_confirm_tools_applies_to_a_tool_that_asks_its_own_question(
         sid = new_session().format()
         llm_server.push_tool_calls([("ask_user", {"question": "Which database?", "options": ["a", "b"]})])
         confirm = question(await h.say(sid, "ask me", ac()))
-        assert confirm.question.startswith("Run ask_user?\n") and "Which database?" in confirm.question
+        assert (
+            confirm.question.startswith("Use the ask user tool?\n") and "Which database?" in confirm.question
+        )
         asked = question(await h.answer(sid, "yes"))
         assert (asked.question, asked.options) == ("Which database?", ["a", "b"])
         llm_server.push_text("Fine.")
@@ -192,7 +194,7 @@ async def test_a_call_too_long_to_show_whole_is_not_asked_and_the_model_shortens
         config: Any = {"configurable": {"thread_id": sid, "turn": turn}}
         asked = question([e async for e in stream_run(h.graph, new_turn_input("post it", user), config, 30)])
         assert read_back(asked.question) == {("body",): "A short note."}
-        size = len(render_question("Run post_note?", {"body": body}).text)
+        size = len(render_question("Use the post note tool?", {"body": body}).text)
         assert size > 10_000
         assert tool_results(llm_server.requests[1]) == [
             f"post_note was NOT run: its arguments are too long to be confirmed (the question showing "

@@ -215,7 +215,7 @@ async def test_a_model_cannot_reach_a_ticket_tool_it_was_not_offered(
     llm_server.push_text("Denied.")
     sid = new_session(ALICE)
     await stack.send(PM, message_body(sid, "hi", ac(ALICE, ["tool:list_my_tickets"], domain=DOMAIN)))
-    assert "Access denied" in tool_result(llm_server)
+    assert tool_result(llm_server) == "I can't do that here."
     offered = [t["function"]["name"] for t in llm_server.requests[-2].get("tools", [])]
     assert offered == ["list_my_tickets"]
     assert stack.received() == []  # and no credential was fetched for it either

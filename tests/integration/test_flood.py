@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 import pytest
+import structlog
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
@@ -123,3 +124,20 @@ def test_invalid_limits_are_refused() -> None:
         FloodControl(fake, max_messages=0, window_seconds=10)
     with pytest.raises(ValueError):
         FloodControl(fake, max_messages=1, window_seconds=0)
+
+
+async def test_each_refusal_is_one_warning_naming_the_user_room_and_limit(redis: Redis) -> None:
+    flood, u = FloodControl(redis, max_messages=1, window_seconds=30), user()
+    with structlog.testing.capture_logs() as logs:
+        assert await flood.allow(u, now=1.0, room_id="!r:example.org")
+        assert not await flood.allow(u, now=2.0, room_id="!r:example.org")
+        assert not await flood.allow(u, now=3.0, room_id="!r:example.org")
+    line = {
+        "event": "flood_limited",
+        "log_level": "warning",
+        "user_id": u,
+        "room_id": "!r:example.org",
+        "limit": 1,
+        "window": 30.0,
+    }
+    assert logs == [line, line]  # nothing for the accepted message, one line per refused one

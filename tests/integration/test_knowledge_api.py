@@ -216,5 +216,5 @@ async def test_a_model_calling_search_without_the_grant_is_refused(
     searching(llm_server, "Q3 results", "I could not search.")
     answer = await ask(client, message_body(new_session("@dave:x"), "What were the Q3 results?", dave))
     assert "search_documents" not in llm_server.offered_tool_names(0)
-    assert tool_result(llm_server).startswith("Access denied")
+    assert tool_result(llm_server) == "I can't do that here."
     assert "Sources:" not in answer and "18.4" not in answer

@@ -54,7 +54,7 @@ async def test_a_yes_for_one_server_never_runs_another_servers_tool_of_the_same_
         sid = new_session().format()
         llm_server.push_tool_calls([("git__merge", {"pr": 7})])
         asked = question(await h.say(sid, "merge PR 7", user))
-        assert "git__merge" in asked.question and "7" in asked.question
+        assert asked.question == "Merge (git server)?\n`pr`: `7`"  # its title, never `git__merge`
         # meanwhile the operator points `git` at another server (the graph reads its list anew)
         (tool_b,), _ = build_tools(other, LISTED, recording("B", ran))
         registry.remove("git__merge")

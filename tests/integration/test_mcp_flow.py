@@ -147,7 +147,7 @@ async def test_offered_only_with_the_grant_and_never_reached_without_it(
     llm_server.push_text("Denied.")
     await stack.ask(carol, "book something", ["tool:search_documents"])
     assert not [n for n in llm_server.offered_tool_names(-2) if n.startswith("calendar__")]
-    assert "Access denied" in tool_result(llm_server)
+    assert tool_result(llm_server) == "I can't do that here."  # never the tool's name
     assert await stack.calls() == []
     with Redis.from_url(redis_url) as r:
         entries: list[tuple[bytes, dict[bytes, bytes]]] = r.xrange(stack.stream)  # type: ignore[assignment]
@@ -222,7 +222,9 @@ async def test_a_write_asks_first_and_yes_runs_it_once_across_a_restart(
     assert kinds(events) == ["hitl_request", "done"]
     q = events[0]
     assert isinstance(q, HitlRequest)
-    for shown in (CREATE, "Design review", "2026-12-01T10:00", "2026-12-01T11:00", BOB):
+    assert q.question.startswith("Book a calendar event (calendar server), in your name?\n"), q.question
+    assert CREATE not in q.question  # the internal name is for the trace, not the question
+    for shown in ("Design review", "2026-12-01T10:00", "2026-12-01T11:00", BOB):
         assert shown in q.question, shown
     assert await stack.calls("create_event") == []  # nothing before "yes"
 

@@ -81,7 +81,7 @@ async def test_the_asker_is_asked_before_a_group_sees_their_tickets(
     assert stack.received() == []  # nothing fetched before the answer
     llm_server.push_text("Not shown.")
     await answer(stack, sid, "no", room(BOB_AC))
-    assert stack.received() == [] and "declined" in tool_result(llm_server)
+    assert stack.received() == [] and "The user said no" in tool_result(llm_server)
 
     llm_server.push_tool_calls([("list_my_tickets", {"status": "all"})])
     q = the_question(await ask_in(stack, sid, "list all my tickets", room(BOB_AC, CAROL_AC)))

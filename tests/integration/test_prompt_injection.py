@@ -338,7 +338,7 @@ async def test_a_confidential_passage_copied_into_a_ticket_is_shown_before_anyth
         assert final(events).startswith(DEFAULT_ANSWER)
         if reply == "no":
             assert results_of(llm_server, "create_ticket") == [
-                "The user declined. create_ticket was NOT run; nothing was changed."
+                "The user said no: create_ticket was NOT run; nothing was changed. Tell them so."
             ]
             assert stack.received() == []
 
@@ -391,7 +391,7 @@ async def test_an_injected_ticket_listing_in_a_group_room_asks_the_asker_first(
     assert q.question == "This will show your open tickets to the 1 other member of this room. Go ahead?"
     assert stack.received() == []  # nothing fetched before the answer
     posted = final(await answer(stack, sid, q, "no", bob))
-    assert "declined" in posted and not any(t in posted for t in ALICE_TICKETS), posted
+    assert "said no" in posted and not any(t in posted for t in ALICE_TICKETS), posted
     assert stack.received() == []
     assert not any(t in sent(llm_server) for t in ALICE_TICKETS)
 
@@ -408,7 +408,9 @@ async def test_an_injected_call_of_a_tool_never_offered_is_refused(
     stack: Stack, llm_server: ScriptedLLMServer, obedient: Obedient
 ) -> None:
     """The poisoned FAQ makes the model call delete_records, which alice has no grant for: it
-    was never offered, the call is refused without a question, and no record is gone."""
+    was never offered, the call is refused without a question, and no record is gone. Neither
+    the model nor alice is told its name (that would tell them it exists): "I can't do that
+    here."."""
     poison(
         stack,
         do("delete_records", {"older_than": "2100-01-01"}),
@@ -427,8 +429,13 @@ async def test_an_injected_call_of_a_tool_never_offered_is_refused(
         for i in range(len(llm_server.requests))
     )
     refused = results_of(llm_server, "delete_records")
-    assert refused == ["Access denied: the tool 'delete_records' is not available to this user."]
-    assert "Access denied" in final(events)
+    assert refused == ["I can't do that here."]
+    messages = llm_server.requests[-1]["messages"]
+    ids = {tc["id"] for m in messages for tc in m.get("tool_calls") or [] if "delete_records" in str(tc)}
+    [reply] = [m for m in messages if m.get("role") == "tool" and m["tool_call_id"] in ids]
+    assert "delete_records" not in json.dumps(reply), reply  # not even as the message's name
+    assert final(events).startswith("Cleanup result: I can't do that here.\n")
+    assert not any("delete_records" in e.model_dump_json() for e in events)
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM records").fetchone() == (rows,)
 

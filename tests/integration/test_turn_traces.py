@@ -159,6 +159,7 @@ async def test_a_turn_with_search_mcp_confirmation_and_a_denied_tool_is_traced_a
     t = TurnTrace.model_validate_json(raw)
     assert (t.outcome, t.user_id, t.tenant, t.group) == ("answered", ALICE, DOMAIN, False)
     assert t.session_id == sid.format()
+    assert t.question == "What was the Q3 revenue? Note it."  # the question, not the "yes"
     assert t.total_ms > 0 and t.first_token_ms is not None and t.ended_at is not None
 
     # every model call, with the usage the provider reported and its first token
@@ -212,6 +213,9 @@ async def test_a_turn_with_search_mcp_confirmation_and_a_denied_tool_is_traced_a
     assert TurnTrace.model_validate_json(as_json.stdout) == t
     listed = stack.vagent("trace", "list", "--user", ALICE, "--since", "1d", "--outcome", "answered")
     assert listed.returncode == 0 and turn_id in listed.stdout, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if turn_id in line)
+    assert row.endswith("  What was the Q3 revenue? Note it.")  # which question it answered
+    assert "question 'What was the Q3 revenue? Note it.'" in shown.stdout
     # (the Redis is shared with the other tests: other turns of hers may be denied ones)
     denied_turns = stack.vagent("trace", "list", "--user", ALICE, "--outcome", "denied", "--json")
     assert turn_id not in [d["turn_id"] for d in json.loads(denied_turns.stdout)]
@@ -256,10 +260,19 @@ async def test_refused_and_declined_turns_are_on_record_as_such(
         ToolCallResponse([("delete_records", {"where": "1=1"})]),
         TextResponse("You lack access to that."),
     )
-    body = message_body(sid, "delete everything", ac(bob, GRANTS, domain=DOMAIN))
+    password = "Zq8-vault-Pw-Kx31"
+    # ~15 500 characters, a password among the first 80
+    message = f"delete everything, my password is {password}\n" + "and then some " * 1100
+    body = message_body(sid, message, ac(bob, GRANTS, domain=DOMAIN))
     async with stack.client() as c:
         denied = await post_sse(c, PM, body, stack.graph.headers, keep_turn=True)
-        assert trace_of(redis_url, the_turn_event(denied)).outcome == "denied"
+        refused = trace_of(redis_url, the_turn_event(denied))
+        assert refused.outcome == "denied"
+        # what a trace keeps of a message: its start, on one line, the password masked
+        assert refused.question.startswith("delete everything, my [REDACTED] and then some and")
+        assert len(refused.question) == 80 and password not in refused.question
+        raw = Redis.from_url(redis_url).get(redis_keys.trace_turn(refused.turn_id))
+        assert isinstance(raw, bytes) and password.encode() not in raw
 
         llm_server.push(ToolCallResponse([("calendar__note", {"title": "x"})]))
         asked = await post_sse(c, PM, {**body, "message": "note x"}, stack.graph.headers, keep_turn=True)

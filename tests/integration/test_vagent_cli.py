@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
+from dev_env import write_dev_env
+from procutil import free_port
 
 from tests.support.vagent_cli import run_vagent
 
@@ -96,3 +98,42 @@ def test_genkey_prints_a_fernet_key() -> None:
     assert fernet.decrypt(fernet.encrypt(b"x")) == b"x"
     again = run_vagent(["admin", "genkey"], os.environ)
     assert again.stdout.strip() != key
+
+
+def test_an_unreachable_redis_names_the_setting_and_make_runs_redis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second terminal without `. .data/dev.env`: every group says what to set and, as make
+    run's dev.env is there, which Redis make run has and what to source. Without make run's
+    data only the setting is named."""
+    made_run = f"redis://127.0.0.1:{free_port()}/0"
+    closed = free_port()
+    (tmp_path / ".data").mkdir()
+    write_dev_env(tmp_path / ".data", {"REDIS_URL": made_run, "ENTITY_REDIS_URL": made_run}, BIN, "x")
+    env = {k: v for k, v in os.environ.items() if k != "VAGENT_DATA_DIR"}
+    env["REDIS_URL"] = f"redis://127.0.0.1:{closed}/0"
+    hint = f"Set REDIS_URL to your Redis; make run's Redis is {made_run}: run `. .data/dev.env` first."
+    proc = subprocess.run(
+        [str(BIN / "vagent"), "docs", "list"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr
+        == f"vagent docs: cannot reach Redis at 127.0.0.1:{closed} (REDIS_URL): ConnectionError. {hint}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    for args in (["audit", "tail"], ["usage"], ["trace", "list"]):
+        ran = run_vagent(args, env)
+        assert ran.returncode != 0 and ran.stderr.rstrip().endswith(hint), ran.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    ran = run_vagent(["audit", "tail"], env)
+    assert ran.stderr.rstrip().endswith("(REDIS_URL): ConnectionError. Set REDIS_URL to your Redis."), (
+        ran.stderr
+    )

@@ -67,3 +67,36 @@ def test_an_edit_that_rewrites_earlier_text_is_shown_whole_on_a_new_line() -> No
     t.new("$a", "Deleting…")
     t.edit("$a", "Deleted 12 records.")
     assert plain(out) == "vagent: Deleting…\nvagent (edited): Deleted 12 records."
+
+
+def test_a_streamed_markdown_answer_is_shown_readably_without_being_rewritten() -> None:
+    """`/why`'s account came as raw Markdown (`**How this answer came about:**`); now it reads
+    as text, grows in place however the edits cut it, and nothing is shown twice."""
+    out, clock = io.StringIO(), Clock()
+    t = Transcript(out, clock)
+    t.new("$w", "🔍 *")
+    t.edit("$w", "🔍 **How this answer came about:** ans")
+    t.edit("$w", "🔍 **How this answer came about:** answered\n\n**Steps**\n1. model call\n-")
+    t.edit("$w", "🔍 **How this answer came about:** answered\n\n**Steps**\n1. model call\n- 📄 policy")
+    clock.now += QUIET_SECONDS
+    t.tick()
+    assert plain(out) == (
+        "vagent: 🔍 How this answer came about: answered\n\nSteps\n1. model call\n- 📄 policy\n"
+    )
+
+
+def test_what_was_held_back_shows_once_the_bot_is_done() -> None:
+    out, clock = io.StringIO(), Clock()
+    t = Transcript(out, clock)
+    t.new("$a", "2 * 3 is 6 *")
+    assert plain(out) == "vagent: 2 * 3 is 6 "
+    clock.now += QUIET_SECONDS
+    t.tick()
+    assert plain(out) == "vagent: 2 * 3 is 6 *\n"
+
+
+def test_a_terminal_shows_bold_as_bold() -> None:
+    out = io.StringIO()
+    t = Transcript(out, Clock(), tty=True)
+    t.new("$a", "**Total:** 3\n- one")
+    assert plain(out) == "vagent: \033[1mTotal:\033[22m 3\n• one"

@@ -33,6 +33,7 @@ from vagent_graph.confirmation import (
 from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.tools import build_tools
 from vagent_graph.tools import Prepared, Tool, ToolContext
+from vagent_graph.tools.base import plain_action
 from vagent_graph.tools.catalogue import default_registry
 from vagent_shared.hitl import format_question
 
@@ -290,7 +291,7 @@ def check_tool(tool: Tool, raw: dict[str, Any]) -> None:
         return  # refused before any question (the model reads why)
     arguments = args.model_dump(mode="json")
     approval = approval_for(
-        "call-1", tool, arguments, Prepared(action=f"Run {tool.name}"), None, confirm=True, personal=False
+        "call-1", tool, arguments, Prepared(action=plain_action(tool)), None, confirm=True, personal=False
     )
     if isinstance(approval, Unconfirmable):
         return
@@ -343,7 +344,7 @@ def test_an_extra_key_reaches_the_question_and_the_call() -> None:
     arguments = tool.args_model.model_validate(raw).model_dump(mode="json")
     assert arguments == raw  # the extra key is sent
     approval = approval_for(
-        "c", tool, arguments, Prepared(action="Run calendar__note"), None, confirm=True, personal=False
+        "c", tool, arguments, Prepared(action=plain_action(tool)), None, confirm=True, personal=False
     )
     assert not isinstance(approval, Unconfirmable)
     assert read_back(str(approval["question"])) == {

@@ -1,17 +1,21 @@
-"""Secrets never reach a log line; the service refuses to start open."""
+"""Secrets never reach a log line, and only secrets are hidden; the service refuses to start open."""
 
 from __future__ import annotations
 
 import json
 import logging
+import typing
 from collections.abc import Iterator
 
 import pytest
 import structlog
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings
 
+from vagent_dev import settings as dev_settings
 from vagent_graph.app import InsecureConfigError, check_security
-from vagent_shared.logs import configure_logging
-from vagent_shared.settings import GraphSettings
+from vagent_shared.logs import REDACTED, configure_logging, secret_key
+from vagent_shared.settings import BotSettings, GraphSettings
 
 
 @pytest.fixture
@@ -79,3 +83,99 @@ def test_the_service_collects_garbage_less_often_and_never_scans_its_startup_obj
     before, frozen, applied, gen0 = out.split()
     assert int(before) == 0 and int(frozen) > 10_000  # modules, schemas...: out of every scan
     assert applied == "True" and int(gen0) > 700  # less often than CPython's default
+
+
+def every_setting() -> dict[str, bool]:
+    """Each setting of the graph, the bot and the dev services: is it a secret (SecretStr)?"""
+    classes: list[type[BaseSettings]] = [GraphSettings, BotSettings]
+    classes += [c for c in vars(dev_settings).values() if isinstance(c, type) and issubclass(c, BaseSettings)]
+    found: dict[str, bool] = {}
+    for cls in classes:
+        for name, field in cls.model_fields.items():
+            found[name] = field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
+    return found
+
+
+def logged(capsys: pytest.CaptureFixture[str], **fields: object) -> dict[str, object]:
+    configure_logging("INFO", service="test")
+    structlog.get_logger("t").info("settings", **fields)
+    [line] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    return dict(line)
+
+
+def test_exactly_the_secret_settings_are_masked_in_logs(
+    capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    settings = every_setting()
+    secrets = {name for name, secret in settings.items() if secret}
+    assert {"GRAPH_API_TOKEN", "MATRIX_PASSWORD", "OPENAI_API_KEY", "CREDENTIAL_CACHE_KEY"} <= secrets
+    for names in (list(settings), [n.lower() for n in settings]):
+        line = logged(capsys, **{name: "plain-value" for name in names})
+        masked = {name.upper() for name in names if line[name] == REDACTED}
+        assert masked == secrets
+        shown = {name.upper() for name in names if line[name] == "plain-value"}
+        assert shown == set(settings) - secrets  # e.g. ATTACHMENT_MAX_TOKENS, CREDENTIAL_REGISTRY_URL
+
+
+def test_counts_and_flags_named_after_tokens_stay_readable(
+    capsys: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    line = logged(
+        capsys,
+        token_required=True,
+        default_user_daily_tokens=200000,
+        input_tokens=12,
+        output_tokens=3,
+        max_tokens=512,
+        tokens_used=15,
+        tokens=15,
+        secret_name="GRAPH_API_TOKEN",
+        key="vagent:session:abc",
+        auth_header_present=True,
+    )
+    assert line["token_required"] is True and line["default_user_daily_tokens"] == 200000
+    assert line["input_tokens"] == 12 and line["output_tokens"] == 3 and line["max_tokens"] == 512
+    assert line["tokens_used"] == 15 and line["tokens"] == 15
+    assert line["secret_name"] == "GRAPH_API_TOKEN" and line["key"] == "vagent:session:abc"
+    assert line["auth_header_present"] is True
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "token",
+        "api_token",
+        "x-api-key",
+        "X-Auth-Token",
+        "GRAPH_API_TOKEN",
+        "access_token",
+        "refresh_token",
+        "accessToken",
+        "apiKey",
+        "APIKey",
+        "Authorization",
+        "Proxy-Authorization",
+        "password",
+        "password_hash",
+        "client_secret",
+        "secret",
+        "Cookie",
+        "set-cookie",
+        "credential",
+        "credentials",
+        "private_key",
+        "session_key",
+        "aws_access_key",
+        "secret_key",
+    ],
+)
+def test_secret_names_are_masked(name: str) -> None:
+    assert secret_key(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tokens", "input_tokens", "max_tokens", "token_required", "tokens_used", "key", "key_id", "event"],
+)
+def test_plain_names_are_not(name: str) -> None:
+    assert not secret_key(name)

@@ -123,3 +123,30 @@ async def test_rows_added_after_the_question_are_never_deleted(ctx: ToolContext)
     assert f"{n} records then" in changed.reason
     again = await tool.run(args, replace(ctx, plan=changed.prepared.plan), "yes")
     assert again == f"Deleted {n + 1} records older than 2016-01-01." and rows(ctx) == before - n - 1
+
+
+async def test_each_tenant_has_its_own_database_with_domain_in_the_path(tmp_path: Path) -> None:
+    """`RECORDS_DB_PATH=.data/records/{domain}.db` (make run): one tenant's delete leaves
+    another's rows alone, and each database is created and seeded on its first use."""
+    services = Services(RecordsDb(tmp_path / "records" / "{domain}.db"))
+    acme = ToolContext(ac=ac(domain="acme"), session_id="s", services=services)
+    demo = ToolContext(ac=ac(domain="demo"), session_id="s", services=services)
+    tool = REG.get("delete_records")
+    assert tool is not None and tool.prepare is not None
+    args = tool.args_model(older_than="2020-01-01")
+    prepared = await tool.prepare(args, acme)
+    assert isinstance(prepared, Prepared) and prepared.action.startswith("Delete ")
+    assert result_text(await tool.run(args, replace(acme, plan=prepared.plan), "yes")).startswith("Deleted ")
+    assert isinstance(await tool.prepare(args, acme), NothingToDo)
+    again = await tool.prepare(args, demo)  # the other tenant's rows are all still there
+    assert isinstance(again, Prepared) and again.action == prepared.action
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == ["acme.db", "demo.db"]
+
+
+@pytest.mark.parametrize("domain", ["..", "../x", "a/b", ".hidden", "a..b", "", "x" * 101])
+def test_a_domain_that_is_no_plain_name_gets_no_database(tmp_path: Path, domain: str) -> None:
+    db = RecordsDb(tmp_path / "records" / "{domain}.db")
+    with pytest.raises(FileNotFoundError):
+        db.for_domain(domain)
+    assert not (tmp_path / "records").exists() or not any((tmp_path / "records").iterdir())
+    assert not list(tmp_path.glob("*.db"))

@@ -63,3 +63,34 @@ def test_other_log_lines_keep_their_fields() -> None:
     assert readable("acp", line, color=False) == tag("acp") + "12:00:02 warning acp_started port=8090"
     assert readable("graph", "plain text\n", color=False) == tag("graph") + "plain text"
     assert readable("graph", "\n", color=False) is None
+
+
+def flood_log_line(**fields: object) -> str:
+    """The bot's `flood_limited` warning as structlog writes it (vagent_bot/flood.py)."""
+    record = {
+        "user_id": "@alice:localhost",
+        "room_id": "!demo:localhost",
+        "limit": 10,
+        "window": 60.0,
+        "event": "flood_limited",
+        "level": "warning",
+        "logger": "vagent_bot.flood",
+        "timestamp": "2026-11-25T12:00:03.000001Z",
+        "service": "bot",
+        **fields,
+    }
+    return json.dumps(record)
+
+
+def test_a_flood_refusal_is_one_readable_line() -> None:
+    out = readable("bot", flood_log_line(), color=False)
+    assert out == (
+        tag("bot") + "12:00:03 warning flood_limited @alice:localhost refused: over 10 messages in 60 s"
+        " (room !demo:localhost)"
+    )
+
+
+def test_a_hostile_flood_refusal_stays_one_short_line() -> None:
+    out = readable("bot", flood_log_line(user_id="@x\x1b[2J\n:evil" + "y" * 500), color=False)
+    assert out is not None and "\n" not in out and "\x1b" not in out
+    assert len(out) <= len(tag("bot") + "12:00:03 warning ") + AUDIT_WIDTH and out.endswith("…")

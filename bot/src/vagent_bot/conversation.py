@@ -172,7 +172,7 @@ class Conversations:
         if command is not None:
             await self._command(command.name, sid, answer)
             return
-        if not await self.flood.allow(msg.sender):
+        if not await self.flood.allow(msg.sender, room_id=msg.room_id):
             await answer.notice("⏳ You're sending messages too fast. Please wait a moment.")
             return
         if msg.media is not None and msg.media.kind == "video":

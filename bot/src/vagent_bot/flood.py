@@ -7,6 +7,11 @@ Rejected messages are NOT recorded. A user who keeps spamming stays limited (the
 most `max_messages` through per window, as old ones age out), and one who stops is
 allowed again as soon as their oldest accepted message is `window_seconds` old: refused
 attempts never extend the ban. It also keeps the set at most `max_messages` long.
+
+Only what the user starts counts: the router asks here for a new request (and a `!why`), never
+for an answer to the agent's own pending question (`event_router` takes those first), so a
+`yes` to a confirmation is neither counted nor refused. Each refusal is one WARNING line
+(`flood_limited`, without the message), so an operator sees why someone got `⏳`.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from __future__ import annotations
 import math
 import secrets
 
+import structlog
 from redis.asyncio import Redis
 
 from vagent_bot import metrics
 from vagent_shared import redis_keys
+
+log = structlog.get_logger(__name__)
 
 # KEYS[1] = the user's set. ARGV = now (seconds; "" = Redis server time), window, max, member, ttl_ms.
 # A message counts during [t, t + window): entries with score <= now - window are dropped.
@@ -49,8 +57,9 @@ class FloodControl:
         # The set disappears once its newest entry has left the window.
         self._ttl_ms = math.ceil(window_seconds * 1000)
 
-    async def allow(self, user_id: str, now: float | None = None) -> bool:
-        """True when the message may go through (and is counted); False = refused.
+    async def allow(self, user_id: str, now: float | None = None, *, room_id: str = "") -> bool:
+        """True when the message may go through (and is counted); False = refused (and
+        logged once, naming `room_id`, where the refusal is posted).
 
         `now` is for tests; by default the Redis server's clock is used, so all replicas
         agree on the window whatever their own clocks say.
@@ -66,4 +75,11 @@ class FloodControl:
         allowed = bool(await self._script(keys=[redis_keys.flood(user_id)], args=args))
         if not allowed:
             metrics.FLOOD_REJECTED.inc()
+            log.warning(
+                "flood_limited",
+                user_id=user_id,
+                room_id=room_id,
+                limit=self.max_messages,
+                window=self.window_seconds,
+            )
         return allowed

@@ -109,7 +109,7 @@ class WhyAnswers:
         granted = await (access or self.conv.check_access(room_id, sender))
         if granted is None or granted.ac is None:
             return  # layer 1: a denied user learns nothing
-        if not await self.conv.flood.allow(sender):
+        if not await self.conv.flood.allow(sender, room_id=room_id):
             if msg is not None:
                 await self.conv.answer_for(msg).notice(TOO_FAST)
             return

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
@@ -74,7 +75,6 @@ SCHEMA_VERSION = 1
 FIRST_EVENT_NUMBER = 1001
 #: Paths anyone may call without a key (a development stand-in's probes).
 PUBLIC_PATHS = ("/health", "/debug/")
-
 
 
 class SeedError(FileError):
@@ -498,9 +498,9 @@ def build_mcp(db: CalendarDB, record: RequestRecord, host: str) -> FastMCP[Any]:
         readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False
     )
     tools: list[tuple[Callable[..., Any], str, ToolAnnotations]] = [
-        (list_events, "List my events", read_only),
-        (find_free_slot, "Find a free slot", read_only),
-        (create_event, "Create an event", writes),
+        (list_events, "List your calendar events", read_only),
+        (find_free_slot, "Find a free slot in your calendar", read_only),
+        (create_event, "Book a calendar event", writes),
     ]
     for fn, title, hints in tools:
         annotations = hints.model_copy(update={"title": title})
@@ -549,6 +549,18 @@ def create_app(seed_path: Path | str, db_path: Path | str, host: str = "127.0.0.
     return app
 
 
+#: The MCP SDK's loggers: at INFO they print "Terminating session: None" after every
+#: request of a stateless server and "Processing request of type ..." for each message.
+MCP_SDK_LOGGER = "mcp"
+
+
+def quiet_mcp_sdk(log_level: str) -> None:
+    """The SDK's INFO chatter is noise on the console of `make run`: shown at LOG_LEVEL=DEBUG
+    only; its warnings and errors always are."""
+    debug = log_level.strip().upper() == "DEBUG"
+    logging.getLogger(MCP_SDK_LOGGER).setLevel(logging.NOTSET if debug else logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve on CALENDAR_HOST:CALENDAR_PORT (configured by CALENDAR_* environment variables)."""
     argparse.ArgumentParser(
@@ -557,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         "Configured by CALENDAR_* environment variables.",
     ).parse_args(argv)
     settings = CalendarSettings()
+    quiet_mcp_sdk(settings.LOG_LEVEL)
     return serve(
         "vagent-calendar",
         lambda: create_app(settings.CALENDAR_SEED_FILE, settings.CALENDAR_DB_PATH, settings.CALENDAR_HOST),

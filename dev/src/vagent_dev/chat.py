@@ -12,7 +12,15 @@ shown as one line, e.g. "[image: chart.png, 640x480, 12 KB]", and saved to --sav
 `--with @carol:localhost` (CHAT_WITH) talks in a group room with the bot and that user
 instead (created with the tenant state event, the other user joined with their dev
 password): answers there use only what everyone in the room may read. Messages are sent
-with the `!ai` prefix there, as the bot answers only when addressed in a group room.
+with the `!ai` prefix there (commands too: `!ai !help`), as the bot answers only when
+addressed in a group room.
+
+What a newcomer would otherwise take for a broken client is said in one dim line each
+(chat_hints.py decides): no reply to a message for CHAT_SILENCE_HINT_SECONDS (the bot is silent
+by design for people without access), the homeserver unreachable and back, a stored login the
+homeserver refused (a fresh Synapse: the chat logs in again with the password). The bot's
+Markdown is printed readably (chat_render.py). Its files live under VAGENT_DATA_DIR, like
+`make run`'s.
 """
 
 from __future__ import annotations
@@ -25,14 +33,16 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from nio import (
     AsyncClient,
     AsyncClientConfig,
+    ErrorResponse,
     InviteMemberEvent,
     LoginResponse,
     MemoryDownloadResponse,
@@ -43,6 +53,7 @@ from nio import (
     UploadResponse,
 )
 from nio.api import RoomPreset
+from nio.client.async_client import ClientConnectionError
 from nio.crypto.attachments import decrypt_attachment, encrypt_attachment
 from nio.exceptions import EncryptionError
 
@@ -58,21 +69,41 @@ from vagent_dev.chat_files import (
     parse_command,
     saved_path,
 )
+from vagent_dev.chat_hints import (
+    DEFAULT_PREFIX,
+    SILENCE_HINT,
+    HomeserverStatus,
+    SilenceWatch,
+    address_bot,
+    data_dir,
+    login_failed,
+    relogged_in,
+    silence_hint_seconds,
+    token_refused,
+    why_note,
+)
+from vagent_dev.chat_render import render_markdown
 
 BOT_COLOR, RESET, DIM = "\033[36m", "\033[0m", "\033[2m"
 #: The bot's answer is over when it has stopped typing and nothing new came for this long:
 #: the line is ended then, so what the person types next starts on a line of its own.
 QUIET_SECONDS = 1.0
+#: What a homeserver that does not answer raises (nio retries none of it: max_timeouts=0).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ClientConnectionError, TimeoutError, OSError)
+#: Seconds between two tries while the homeserver is unreachable.
+RETRY_SECONDS = (1.0, 2.0, 5.0)
 
 
 class Transcript:
     """The conversation as terminal lines: answers grow in place as the bot edits them, and
     the cursor is back at the start of a line once the bot is done, so the next input is
-    never glued to the end of the bot's last line."""
+    never glued to the end of the bot's last line. The bot's Markdown is shown rendered
+    (`render_markdown`: ANSI bold on a terminal, plain through a pipe)."""
 
-    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
-        self.out, self.clock = out, clock
-        self.shown: dict[str, str] = {}  # bot message id -> text shown so far
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic, tty: bool = False) -> None:
+        self.out, self.clock, self.tty = out, clock, tty
+        self.shown: dict[str, str] = {}  # bot message id -> rendered text shown so far
+        self.raw: dict[str, str] = {}  # bot message id -> its latest Markdown
         self.last_id: str | None = None
         self.open_line = False  # the cursor is after text, not at the start of a line
         self.closed_early = False  # the line of last_id was ended while it could still grow
@@ -91,9 +122,19 @@ class Transcript:
         """A new message starts on a line of its own."""
         return "\n" if self.open_line else ""
 
+    def _render(self, body: str, final: bool = False) -> str:
+        return render_markdown(body, tty=self.tty, final=final)
+
+    def _extend(self, more: str) -> None:
+        if self.closed_early and not self.open_line:
+            more = more.removeprefix("\n")  # the line break was already written
+        self._write(more)
+
     def new(self, event_id: str, body: str) -> None:
-        self._write(f"{self._break()}{BOT_COLOR}vagent:{RESET} {body}")
-        self.shown[event_id], self.last_id, self.closed_early = body, event_id, False
+        shown = self._render(body)
+        self._write(f"{self._break()}{BOT_COLOR}vagent:{RESET} {shown}")
+        self.shown[event_id], self.raw[event_id] = shown, body
+        self.last_id, self.closed_early = event_id, False
 
     def note(self, text: str) -> None:
         """A line of the client's own (a file sent or saved, an error), dim, on a line of its own."""
@@ -104,19 +145,26 @@ class Transcript:
         before = self.shown.get(event_id)
         if before is None:
             return
-        if event_id == self.last_id and body.startswith(before):
-            more = body[len(before) :]
-            if self.closed_early and not self.open_line:
-                more = more.removeprefix("\n")  # the line break was already written
-            self._write(more)
+        shown = self._render(body)
+        if event_id == self.last_id and shown.startswith(before):
+            self._extend(shown[len(before) :])
         else:
-            self._write(f"{self._break()}{BOT_COLOR}vagent (edited):{RESET} {body}")
+            self._write(f"{self._break()}{BOT_COLOR}vagent (edited):{RESET} {shown}")
             self.last_id, self.closed_early = event_id, False
-        self.shown[event_id] = body
+        self.shown[event_id], self.raw[event_id] = shown, body
 
     def tick(self) -> None:
-        """End the bot's line once it has finished (stopped typing, then quiet)."""
-        if self.open_line and not self.bot_typing and self.clock() - self.last_output >= QUIET_SECONDS:
+        """Once the bot has finished (stopped typing, then quiet): show what was held back
+        while the answer could still change its meaning (a trailing `*`), end its line."""
+        if self.bot_typing or self.clock() - self.last_output < QUIET_SECONDS:
+            return
+        last = self.last_id
+        if last is not None and last in self.raw:
+            final, before = self._render(self.raw[last], final=True), self.shown[last]
+            if len(final) > len(before) and final.startswith(before):
+                self._extend(final[len(before) :])
+                self.shown[last] = final
+        if self.open_line:
             self._write("\n")
             self.closed_early = True
 
@@ -138,6 +186,38 @@ class Chat:
         self.save_dir = save_dir
         self.max_bytes = max_bytes if max_bytes is not None else max_bytes_from_env()
         self._saving: set[asyncio.Task[None]] = set()
+        #: Says so under a message the bot did not answer (silent by design for some people).
+        self.silence = SilenceWatch(silence_hint_seconds())
+        #: Prefix for group rooms (the bot's COMMAND_PREFIX); None in a DM, where all is for the bot.
+        self.prefix: str | None = None
+
+    def addressed(self, text: str) -> str:
+        """The line as sent: in a group room with the bot's prefix, commands too (`!ai !help`)."""
+        return address_bot(text, self.prefix) if self.prefix is not None else text
+
+    async def send_text(self, text: str) -> None:
+        """Send a typed line; an unreachable homeserver or a refusal is one line, not a traceback."""
+        assert self.room_id is not None
+        try:
+            resp = await self.client.room_send(
+                self.room_id,
+                "m.room.message",
+                {"msgtype": "m.text", "body": self.addressed(text)},
+                ignore_unverified_devices=True,
+            )
+        except CONNECTION_ERRORS:
+            self.transcript.note("chat: not sent, the homeserver is unreachable; try again in a moment")
+            return
+        if isinstance(resp, ErrorResponse):
+            self.transcript.note(f"chat: not sent: {resp.message or resp.status_code}")
+            return
+        self.silence.sent(self.transcript.clock())
+
+    def tick(self) -> None:
+        """Called a few times a second: end the bot's finished line, say when no reply came."""
+        self.transcript.tick()
+        if self.silence.due(self.transcript.clock()):
+            self.transcript.note(SILENCE_HINT)
 
     async def on_sync(self, resp: SyncResponse) -> None:
         for room_id, info in resp.rooms.invite.items():
@@ -149,10 +229,13 @@ class Chat:
         for ephemeral in room.ephemeral:
             if isinstance(ephemeral, TypingNoticeEvent):
                 self.transcript.bot_typing = self.bot in ephemeral.users
+                if self.transcript.bot_typing:
+                    self.silence.bot_spoke()
         for event in room.timeline.events:
             src: dict[str, Any] = getattr(event, "source", {}) or {}
             if src.get("sender") != self.bot or src.get("type") != "m.room.message":
                 continue
+            self.silence.bot_spoke()
             content = src.get("content") or {}
             rel = content.get("m.relates_to") or {}
             media = describe_media(content)
@@ -180,8 +263,18 @@ class Chat:
             self.transcript.note("chat: no answer to ask about yet")
             return
         content = {"m.relates_to": {"rel_type": "m.annotation", "event_id": self.last_answer, "key": "🔍"}}
-        await self.client.room_send(self.room_id, "m.reaction", content, ignore_unverified_devices=True)
-        self.transcript.note("(reacted 🔍 to the last answer)")
+        try:
+            resp = await self.client.room_send(
+                self.room_id, "m.reaction", content, ignore_unverified_devices=True
+            )
+        except CONNECTION_ERRORS:
+            self.transcript.note("chat: not sent, the homeserver is unreachable; try again in a moment")
+            return
+        if isinstance(resp, ErrorResponse):
+            self.transcript.note(f"chat: not sent: {resp.message or resp.status_code}")
+            return
+        self.transcript.note(why_note(self.last_answer))
+        self.silence.sent(self.transcript.clock())
 
     async def save(self, content: dict[str, Any], directory: Path) -> None:
         """Download (and decrypt) a file the bot sent into `directory`; a note says where."""
@@ -192,24 +285,26 @@ class Chat:
         else:
             self.transcript.note(f"(saved to {path})")
 
-    async def send_file(self, command: FileCommand, group: bool) -> None:
+    async def send_file(self, command: FileCommand) -> None:
         """Upload a `/file` or `/voice` (encrypted in an encrypted room) and send its event;
         CommandError says what went wrong."""
         assert self.room_id is not None
         file = await asyncio.to_thread(load_file, command, self.max_bytes)
-        caption = command.caption
-        if group and caption and not caption.startswith("!"):
-            caption = f"!ai {caption}"  # a group room: address the bot
+        caption = self.addressed(command.caption) if command.caption else None
         room = self.client.rooms.get(self.room_id)
         encrypted = bool(room is not None and room.encrypted)
-        content = await upload(self.client, file, encrypted, caption, command.voice)
-        resp = await self.client.room_send(
-            self.room_id, "m.room.message", content, ignore_unverified_devices=True
-        )
+        try:
+            content = await upload(self.client, file, encrypted, caption, command.voice)
+            resp = await self.client.room_send(
+                self.room_id, "m.room.message", content, ignore_unverified_devices=True
+            )
+        except CONNECTION_ERRORS:
+            raise CommandError(f"could not send {file.name}: the homeserver is unreachable") from None
         if not isinstance(resp, RoomSendResponse):
             raise CommandError(f"could not send {file.name}: {getattr(resp, 'message', resp)}")
         what = "voice message" if command.voice else content["msgtype"]
         self.transcript.note(f"(sent {file.name} as {what}, {content['info']['mimetype']})")
+        self.silence.sent(self.transcript.clock())
 
 
 async def upload(
@@ -260,9 +355,9 @@ def _write_new(directory: Path, name: str, data: bytes) -> Path:
     return path
 
 
-async def keep_lines(transcript: Transcript) -> None:
+async def keep_lines(chat: Chat) -> None:
     while True:
-        transcript.tick()
+        chat.tick()
         await asyncio.sleep(0.1)
 
 
@@ -312,11 +407,15 @@ async def find_or_create_group(
     return str(resp.room_id)
 
 
-async def wait_for_bot(client: AsyncClient, room_id: str, bot: str, limit_s: float = 60) -> None:
+async def wait_for_bot(
+    client: AsyncClient, room_id: str, bot: str, sync: asyncio.Task[None], limit_s: float = 60
+) -> None:
     """Messages can only be sent (and encrypted for the bot) once the bot has joined."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
     while loop.time() < deadline:
+        if sync.done():
+            raise SystemExit(1)  # it said why
         room = client.rooms.get(room_id)
         if room is not None and bot in room.users and not client.should_query_keys:
             return
@@ -324,101 +423,243 @@ async def wait_for_bot(client: AsyncClient, room_id: str, bot: str, limit_s: flo
     raise SystemExit(f"chat: {bot} did not join the DM within {limit_s:.0f} s; is `make run` running?")
 
 
-async def amain(args: argparse.Namespace) -> None:
-    store = Path(args.store) / args.user.strip("@").replace(":", "_")
-    store.mkdir(parents=True, exist_ok=True)
-    client = AsyncClient(
+T = TypeVar("T")
+
+
+def new_client(args: argparse.Namespace, store: Path) -> AsyncClient:
+    """nio's client, told not to retry a homeserver that does not answer (the chat says so
+    and retries itself)."""
+    return AsyncClient(
         args.homeserver,
         args.user,
         store_path=str(store),
-        config=AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True),
+        config=AsyncClientConfig(encryption_enabled=True, store_sync_tokens=True, max_timeouts=0),
     )
-    creds = store / "credentials.json"
-    if creds.exists():
-        saved = json.loads(creds.read_text())
-        client.restore_login(saved["user_id"], saved["device_id"], saved["access_token"])
-    else:
-        resp = await client.login(args.password, device_name="vagent-chat")
+
+
+class Session:
+    """The chat's Matrix client and how the homeserver is doing; whatever client is current is
+    closed on every way out (no `Unclosed client session` noise)."""
+
+    def __init__(self, args: argparse.Namespace, store: Path, transcript: Transcript) -> None:
+        self.args, self.store, self.transcript = args, store, transcript
+        self.status = HomeserverStatus(args.homeserver)
+        self.client = new_client(args, store)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def _note(self, line: str | None) -> None:
+        if line:
+            self.transcript.note(line)
+
+    async def reachable(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()`, tried again (one line says so) while the homeserver does not answer."""
+        tries = 0
+        while True:
+            try:
+                result = await attempt()
+            except CONNECTION_ERRORS:
+                self._note(self.status.failed())
+                await asyncio.sleep(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])
+                tries += 1
+                continue
+            self._note(self.status.worked())
+            return result
+
+    async def start(self) -> None:
+        """Logged in (the stored login, or with the password: first time, or when the
+        homeserver refuses the stored one) and synced once."""
+        creds = self.store / "credentials.json"
+        if creds.exists():
+            saved = json.loads(creds.read_text())
+            self.client.restore_login(saved["user_id"], saved["device_id"], saved["access_token"])
+            first = await self.reachable(lambda: self.client.sync(timeout=0, full_state=True))
+            if isinstance(first, SyncResponse):
+                return
+            errcode = getattr(first, "status_code", None)
+            if not token_refused(errcode):
+                raise SystemExit(f"chat: the homeserver refused to sync: {getattr(first, 'message', first)}")
+            await self.client.close()
+            forget_login(self.store)
+            self.client = new_client(self.args, self.store)
+            await self.login()
+            self.transcript.note(relogged_in(self.client.user_id))
+        else:
+            await self.login()
+        first = await self.reachable(lambda: self.client.sync(timeout=0, full_state=True))
+        if not isinstance(first, SyncResponse):
+            raise SystemExit(f"chat: the homeserver refused to sync: {getattr(first, 'message', first)}")
+
+    async def login(self) -> None:
+        resp = await self.reachable(lambda: self.client.login(self.args.password, device_name="vagent-chat"))
         if not isinstance(resp, LoginResponse):
-            raise SystemExit(f"chat: login as {args.user} failed: {getattr(resp, 'message', resp)}")
+            reason = str(getattr(resp, "message", None) or resp)
+            raise SystemExit(login_failed(self.args.user, reason, self.args.homeserver, self.store))
+        creds = self.store / "credentials.json"
         creds.write_text(
             json.dumps(
                 {"user_id": resp.user_id, "device_id": resp.device_id, "access_token": resp.access_token}
             )
         )
         os.chmod(creds, 0o600)
-    transcript = Transcript(sys.stdout)
-    chat = Chat(client, args.bot, transcript, Path(args.save_dir) if args.save_dir else None)
-    await client.sync(timeout=0, full_state=True)
-    if args.with_user:
-        password = args.with_password or f"{args.with_user.strip('@').split(':')[0]}-password"
-        chat.room_id = await find_or_create_group(
-            client, args.bot, args.with_user, password, args.tenant, args.homeserver
-        )
-    else:
-        chat.room_id = await find_or_create_dm(client, args.bot)
-    client.add_response_callback(chat.on_sync, SyncResponse)  # type: ignore[arg-type]
-    sync = asyncio.create_task(client.sync_forever(timeout=1_000, full_state=False))
-    lines = asyncio.create_task(keep_lines(transcript))
-    await wait_for_bot(client, chat.room_id, args.bot)
-    where = f"a room with {args.with_user}" if args.with_user else "an encrypted DM"
-    print(
-        f"{DIM}Logged in as {args.user}; talking to {args.bot} in {where} ({chat.room_id}). "
-        f"Type a message; Ctrl-D quits. Try: what was the Q3 revenue?  /  how many records are "
-        f"older than 2020?  /  delete records older than 2018  /  !help\n"
-        f"Files: /file deploy/dev/samples/report.pdf what is the outlook?  /  "
-        f"/voice deploy/dev/samples/voice.wav  /  /why (how the last answer came about)  /  /help{RESET}"
-    )
-    loop = asyncio.get_running_loop()
-    try:
+
+    async def sync_forever(self, chat: Chat) -> None:
+        """nio's `sync_forever`, saying when the homeserver stops answering and comes back, and
+        stopping with one line when it no longer knows this login."""
+        client, tries = self.client, 0
         while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line:
-                break
-            text = line.strip()
-            if text == "/help":
-                transcript.note(HELP)
-                continue
-            if text == "/why":
-                await chat.why()
-                continue
             try:
-                command = parse_command(text)
-                if command is not None:
-                    await chat.send_file(command, group=bool(args.with_user))
-                    continue
-            except CommandError as exc:
-                transcript.note(f"chat: {exc}")
+                resp = await client.sync(timeout=1_000)
+                if isinstance(resp, SyncResponse):
+                    await client.send_to_device_messages()
+                    if client.should_upload_keys:
+                        await client.keys_upload()
+                    if client.should_query_keys:
+                        await client.keys_query()
+                    if client.should_claim_keys:
+                        await client.keys_claim(client.get_users_for_key_claiming())
+            except CONNECTION_ERRORS:
+                self._note(self.status.failed())
+                await asyncio.sleep(RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)])
+                tries += 1
                 continue
-            if text and args.with_user and not text.startswith("!"):
-                text = f"!ai {text}"  # a group room: address the bot
-            if text:
-                await client.room_send(
-                    chat.room_id,
-                    "m.room.message",
-                    {"msgtype": "m.text", "body": text},
-                    ignore_unverified_devices=True,
+            if not isinstance(resp, SyncResponse):
+                if token_refused(getattr(resp, "status_code", None)):
+                    self.transcript.note(
+                        "chat: the homeserver no longer knows this login (was it reset?); "
+                        "start `make chat` again to log in anew"
+                    )
+                    return
+                self._note(self.status.failed())
+                await asyncio.sleep(RETRY_SECONDS[-1])
+                continue
+            tries = 0
+            self._note(self.status.worked())
+            await chat.on_sync(resp)
+
+
+def forget_login(store: Path) -> None:
+    """Drop a login the homeserver refused: its token and its device's crypto store (the next
+    login is a new device with keys of its own)."""
+    (store / "credentials.json").unlink(missing_ok=True)
+    for db in store.glob("*.db"):
+        db.unlink(missing_ok=True)
+
+
+async def amain(args: argparse.Namespace) -> None:
+    store = Path(args.store) / args.user.strip("@").replace(":", "_")
+    store.mkdir(parents=True, exist_ok=True)
+    transcript = Transcript(sys.stdout, tty=sys.stdout.isatty())
+    session = Session(args, store, transcript)
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await session.start()
+        client = session.client
+        chat = Chat(client, args.bot, transcript, Path(args.save_dir) if args.save_dir else None)
+        if args.with_user:
+            chat.prefix = args.prefix
+            password = args.with_password or f"{args.with_user.strip('@').split(':')[0]}-password"
+            chat.room_id = await session.reachable(
+                lambda: find_or_create_group(
+                    client, args.bot, args.with_user, password, args.tenant, args.homeserver
                 )
+            )
+        else:
+            chat.room_id = await session.reachable(lambda: find_or_create_dm(client, args.bot))
+        sync = asyncio.create_task(session.sync_forever(chat))
+        tasks += [sync, asyncio.create_task(keep_lines(chat))]
+        await wait_for_bot(client, chat.room_id, args.bot, sync)
+        where = f"a room with {args.with_user}" if args.with_user else "an encrypted DM"
+        print(
+            f"{DIM}Logged in as {args.user}; talking to {args.bot} in {where} ({chat.room_id}). "
+            f"Type a message; Ctrl-D quits. Try: what was the Q3 revenue?  /  how many records are "
+            f"older than 2020?  /  delete records older than 2018  /  !help\n"
+            f"Files: /file deploy/dev/samples/report.pdf what is the outlook?  /  "
+            f"/voice deploy/dev/samples/voice.wav  /  /why (how the last answer came about)  /  /help{RESET}"
+        )
+        await converse(chat, sync)
     finally:
-        for task in (sync, lines):
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        await client.close()
+        await session.close()
         print()
+
+
+def stdin_lines() -> asyncio.Queue[str]:
+    """The person's lines ("" at Ctrl-D), read by a daemon thread: a chat that stops on its own
+    (a lost login) does not wait for one more Enter to exit."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            line = sys.stdin.readline()
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, line)
+            except RuntimeError:  # the chat has ended
+                return
+            if not line:
+                return
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    return queue
+
+
+async def converse(chat: Chat, sync: asyncio.Task[None]) -> None:
+    """Read the person's lines until Ctrl-D (or the sync gave up on a login it lost)."""
+    lines = stdin_lines()
+    while True:
+        reading = asyncio.ensure_future(lines.get())
+        done, _ = await asyncio.wait({reading, sync}, return_when=asyncio.FIRST_COMPLETED)
+        if reading not in done:
+            reading.cancel()
+            raise SystemExit(1)  # sync_forever said why
+        line = reading.result()
+        if not line:
+            return
+        text = line.strip()
+        if text == "/help":
+            chat.transcript.note(HELP)
+            continue
+        if text == "/why":
+            await chat.why()
+            continue
+        try:
+            command = parse_command(text)
+            if command is not None:
+                await chat.send_file(command)
+                continue
+        except CommandError as exc:
+            chat.transcript.note(f"chat: {exc}")
+            continue
+        if text:
+            await chat.send_text(text)
 
 
 def main() -> None:
     logging.basicConfig(level=logging.ERROR)  # nio's key-sharing chatter is not for a chat window
+    data = data_dir()
     p = argparse.ArgumentParser(
         description="Talk to vagent from a terminal. In the chat:\n" + HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--homeserver", default=os.environ.get("CHAT_HOMESERVER", "http://127.0.0.1:8008"))
+    synapse = f"http://127.0.0.1:{os.environ.get('SYNAPSE_PORT') or 8008}"
+    p.add_argument(
+        "--homeserver",
+        default=os.environ.get("CHAT_HOMESERVER", synapse),
+        help="default: make run's Synapse (SYNAPSE_PORT, 8008)",
+    )
     p.add_argument("--user", default=os.environ.get("CHAT_USER", "@alice:localhost"))
     p.add_argument("--password", default=os.environ.get("CHAT_PASSWORD", "alice-password"))
     p.add_argument("--bot", default=os.environ.get("CHAT_BOT", "@vagent:localhost"))
-    p.add_argument("--store", default=os.environ.get("CHAT_STORE", ".data/chat"))
+    p.add_argument(
+        "--store",
+        default=os.environ.get("CHAT_STORE", str(data / "chat")),
+        help="logins and encryption keys (default: VAGENT_DATA_DIR/chat)",
+    )
     p.add_argument(
         "--with",
         dest="with_user",
@@ -432,9 +673,14 @@ def main() -> None:
     )
     p.add_argument("--tenant", default=os.environ.get("CHAT_TENANT", "localhost"), help="the room's domain")
     p.add_argument(
+        "--prefix",
+        default=os.environ.get("COMMAND_PREFIX") or DEFAULT_PREFIX,
+        help="how the bot is addressed in a group room (the bot's COMMAND_PREFIX)",
+    )
+    p.add_argument(
         "--save-dir",
-        default=os.environ.get("CHAT_SAVE_DIR", ".data/chat/received"),
-        help="where files the bot sends (images) are saved; empty: only shown",
+        default=os.environ.get("CHAT_SAVE_DIR", str(data / "chat" / "received")),
+        help="where files the bot sends are saved (VAGENT_DATA_DIR/chat/received); empty: only shown",
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(amain(p.parse_args()))

@@ -30,7 +30,8 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 HELP = """\
   /file PATH [caption]   send a file (PDF, Word, text, image, ...); the caption is the question
   /voice PATH            send a recording as a voice message (e.g. deploy/dev/samples/voice.wav)
-  /why                   react 🔍 to the last answer: how it came about (tools, sources, tokens, time)
+  /why                   react 🔍 to the last answer: how it came about (tools, sources, tokens, time);
+                         prints the answer's event id for `vagent trace show`
   /help                  this help;  !help  the bot's own help;  Ctrl-D quits"""
 
 

@@ -273,7 +273,8 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
     async def close_stale() -> None:
         await close_stale_question(resources, sid)
 
-    turn = TurnRecorder(new_trace(sid, body.ac_context, body.audience))
+    files = [a.name for a in body.attachments]
+    turn = TurnRecorder(new_trace(sid, body.ac_context, body.audience, body.message, files))
     run = Run(
         resources.graph,
         new_turn_input(body.message, body.ac_context, turn.trace.turn_id),

@@ -1,10 +1,15 @@
 """A tiny deterministic chat model so `make run` works with no LLM configured.
 
-It says it is offline, routes a few obvious requests to the tools it was OFFERED
-(so access filtering stays visible): records requests to the records tools, "who is X?"
-to lookup_entities, other questions to search_documents, whose passages it quotes with
-their [n] citations. It summarises tool results, and otherwise says what it can do. It
-streams word by word and reports token usage like a real model.
+It says it is offline, routes a few obvious requests to the tools it was OFFERED, and only
+to those, like a well-behaved model: a request for a tool it was not offered is answered
+"I can't do that here." without the tool's name (a hidden tool stays hidden). Records
+requests go to the records tools ("delete old records" asks which year first), "who is X?"
+to lookup_entities, calendar questions to the calendar with the span they name ("this week"),
+other questions to search_documents, whose passages it quotes with their [n] citations.
+Tool results are rendered as short Markdown (result_rendering.py), refusals and a "no" in
+the second person; otherwise it says what it can do. It streams word by word and reports
+token usage like a real model. Every example its help gives works on the demo data
+(deploy/dev/knowledge, deploy/dev/calendar.yaml).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -33,12 +39,20 @@ from vagent_graph.attachments import shown_texts
 from vagent_graph.event_stream import text_of
 from vagent_graph.file_messages import files_of, turn_file_messages
 from vagent_graph.knowledge.retrieval import query_terms
+from vagent_graph.result_rendering import period_in, render_result
 
 OFFLINE_MODEL_NAME = "vagent-offline"
 PREFIX = "(offline model) "
 _DATE = r"(\d{4}(?:-\d{2}-\d{2})?)"
 _DELETE = re.compile(rf"\b(delete|remove|purge)\b.*?\b(older than|before)\s+{_DATE}", re.I)
 _OLDER = re.compile(rf"\b(older than|before)\s+{_DATE}", re.I)
+#: "delete old records": no date, so it asks which one first (ask_user).
+_DELETE_UNDATED = re.compile(r"\b(delete|remove|purge)\b.*\brecords?\b", re.I)
+DELETE_WHEN = "Delete records older than which year?"
+DELETE_WHEN_OPTIONS = ["2018", "2020", "2022"]
+_YEAR = re.compile(r"\b(\d{4}(?:-\d{2}-\d{2})?)\b")
+#: The answer to a request for a tool that was not offered: it never names the tool.
+CANT = "I can't do that here."
 _COUNT = re.compile(r"\b(how many|count|number of)\b.*\brecords?\b", re.I)
 _LIST = re.compile(r"\b(list|show)\b.*\brecords?\b", re.I)
 _WHICH_DB = re.compile(r"\b(which database|ask me)\b", re.I)
@@ -56,11 +70,7 @@ _TICKET_NEW = re.compile(
 _TICKETS = re.compile(r"\b(my|open|closed)\b.*\btickets?\b", re.I)
 #: The demo calendar MCP server's tools (deploy/dev, `mcp_servers: - name: calendar`).
 CALENDAR_LIST, CALENDAR_CREATE = "calendar__list_events", "calendar__create_event"
-_CALENDAR = re.compile(
-    r"\b(?:what(?:'s| is)|show|list)\b.*\b(?:on )?my calendar\b"
-    r"(?:.*?\b(?:on|for)\s+(?P<day>\d{4}-\d{2}-\d{2}))?",
-    re.I,
-)
+_CALENDAR = re.compile(r"\b(?:what(?:'s| is)|show|list)\b.*\b(?:on |in )?my (?:calendar|agenda)\b", re.I)
 _BOOK = re.compile(
     r"^\s*(?:please\s+)?book\s+(?:a\s+|an\s+)?(?P<title>.+?)\s+with\s+(?P<who>@[\w.=-]+:[\w.-]+(?:\s*(?:,|and)\s*@[\w.=-]+:[\w.-]+)*)"
     r"\s+on\s+(?P<day>\d{4}-\d{2}-\d{2})\s+at\s+(?P<time>\d{1,2}:\d{2})"
@@ -79,10 +89,18 @@ _QUESTION = re.compile(
 #: Lines of a document the offline model quotes; a PDF's page marks are not quoted.
 FILE_QUOTE_LINES = 3
 _PAGE = re.compile(r"^\[page \d+\]$")
-_PASSAGE = re.compile(r"^\[(\d+)\] .*\n((?:.+\n?)+)", re.M)
+#: A passage's heading in search_documents' result (tools/documents.py `format_hits`); its
+#: body runs to the next heading, blank lines included.
+_PASSAGE_HEAD = re.compile(r"^\[(\d+)\] .*\(document [^()\s]+\)$", re.M)
 #: How much of each passage the offline model quotes.
 QUOTE_CHARS = 240
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+#: How much of a list or table of figures under a matching heading it quotes.
+LIST_QUOTE_LINES, LIST_QUOTE_CHARS = 8, 600
+_SENTENCE = re.compile(r"(?<=[.!?])[^\S\n]+")
+_BULLET = re.compile(r"^\s*(?:[-*•+]|\d{1,2}[.)])\s+")
+#: A line of a list or table: a bullet, a table row, or `label: figures`.
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•+]\s|\d{1,2}[.)]\s|\|)|^[^.!?:,]{1,40}:\s*\S*\d")
+_ATTACHMENT = re.compile(r"^«attachment (\w+) begin»\n.*?\n«attachment \1 end»$", re.M | re.S)
 
 
 def _iso(d: str) -> str:
@@ -97,31 +115,101 @@ def _tool_names(tools: Sequence[dict[str, Any]]) -> set[str]:
     return {t.get("function", {}).get("name", "") for t in tools}
 
 
-def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]]) -> AIMessage:
-    """The whole decision, pure: what the offline model answers to this conversation."""
+def _call(name: str, args: dict[str, Any], offered: set[str]) -> AIMessage:
+    """A call of `name` if it was offered; otherwise "I can't do that here.", never its name."""
+    if name not in offered:
+        return AIMessage(content=PREFIX + CANT + ' Say "help" to see what I can do.')
+    return AIMessage(
+        content="",
+        tool_calls=[{"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
+    )
+
+
+def question_of(messages: Sequence[BaseMessage]) -> str:
+    """The user's own words in the last human message (without the attachments' text)."""
+    human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+    if human is None:
+        return ""
+    rest = _ATTACHMENT.sub("", text_of(human))
+    paragraphs = [p.strip() for p in rest.split("\n\n") if p.strip()]
+    own = [p for p in paragraphs if not p.startswith("Attachment") and "sent by the user" not in p]
+    return own[-1] if own else ""
+
+
+def _asked_with(messages: Sequence[BaseMessage], call_id: str) -> dict[str, Any]:
+    """The arguments of the tool call `call_id` (what was asked, for an ask_user result)."""
+    for m in reversed(messages):
+        if isinstance(m, AIMessage):
+            for tc in m.tool_calls:
+                if tc.get("id") == call_id:
+                    return dict(tc.get("args") or {})
+    return {}
+
+
+def _label(tool: str) -> str:
+    """A tool's name as words (`calendar__create_event` -> "create event"), for a message
+    that would otherwise show the internal name."""
+    return tool.rsplit("__", 1)[-1].replace("_", " ")
+
+
+def after_tool(
+    messages: Sequence[BaseMessage], last: ToolMessage, offered: set[str], now: datetime
+) -> AIMessage:
+    """What the offline model says after a tool result: passages quoted, data rendered, the
+    answer to its own question acted on, a "no" or a refusal said to the person."""
+    name = last.name or ""
+    content = text_of(last).strip()
+    question = question_of(messages)
+    if name == "search_documents":
+        return AIMessage(content=PREFIX + quote_passages(content, question))
+    if name == "ask_user" and _asked_with(messages, last.tool_call_id).get("question") == DELETE_WHEN:
+        answer = content.removeprefix("The user answered:").strip()
+        if m := _YEAR.search(answer):
+            return _call("delete_records", {"older_than": _iso(m.group(1))}, offered)
+        return AIMessage(content=PREFIX + "I need a year, like 2020; nothing was deleted.")
+    if content.startswith(("The user said no", "The user declined")):
+        return AIMessage(content=PREFIX + "You said no; nothing was changed.")
+    if content.startswith(CANT) or content.startswith("Access denied: the tool"):
+        return AIMessage(content=PREFIX + CANT)
+    if content.startswith("Access denied:"):
+        return AIMessage(
+            content=PREFIX + "Access denied: you may not use the system this acts on; nothing was done."
+        )
+    if content.startswith("The user answered:"):
+        return AIMessage(content=PREFIX + "You answered:" + content.removeprefix("The user answered:"))
+    text = render_result(name, content, question, now)
+    if name:  # never the internal name (`server__tool`) in what the person reads
+        text = text.replace(name, _label(name))
+    return AIMessage(content=PREFIX + text)
+
+
+def plan_reply(
+    messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]], now: datetime | None = None
+) -> AIMessage:
+    """The whole decision, pure: what the offline model answers to this conversation (`now`:
+    what "today" and "this week" mean; the current time when None)."""
     offered = _tool_names(tools)
+    now = now or datetime.now(UTC)
     last = messages[-1] if messages else HumanMessage(content="")
     if isinstance(last, ToolMessage):
-        if last.name == "search_documents":
-            question = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-            return AIMessage(content=PREFIX + quote_passages(str(last.content), question))
-        return AIMessage(content=PREFIX + str(last.content))
+        return after_tool(messages, last, offered, now)
     text = text_of(last)
     if isinstance(last, HumanMessage) and (held := turn_file_messages(messages)):
-        return AIMessage(content=PREFIX + about_files(held))
+        return AIMessage(content=PREFIX + about_files(held, question_of(messages)))
 
     def call(name: str, args: dict[str, Any]) -> AIMessage:
-        if name not in offered:
-            return AIMessage(content=PREFIX + f"I can't do that: you don't have access to `{name}`.")
-        return AIMessage(
-            content="",
-            tool_calls=[
-                {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
-            ],
-        )
+        return _call(name, args, offered)
 
     if m := _DELETE.search(text):
         return call("delete_records", {"older_than": _iso(m.group(3))})
+    if _DELETE_UNDATED.search(text):
+        if "delete_records" in offered and "ask_user" in offered:
+            return call("ask_user", {"question": DELETE_WHEN, "options": DELETE_WHEN_OPTIONS})
+        if "delete_records" in offered:
+            return AIMessage(
+                content=PREFIX + 'Older than which year? Say, e.g., "delete records older than 2020".'
+            )
+        return call("delete_records", {})
     if _COUNT.search(text):
         sql = "SELECT COUNT(*) AS records FROM records"
         if m := _OLDER.search(text):
@@ -134,9 +222,9 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
         )
     if m := _BOOK.search(text):
         return call(CALENDAR_CREATE, _booking(m))
-    if m := _CALENDAR.search(text):
-        day = m.group("day")
-        return call(CALENDAR_LIST, {"start": f"{day}T00:00:00", "end": f"{day}T23:59:59"} if day else {})
+    if _CALENDAR.search(text):
+        period = period_in(text, now)
+        return call(CALENDAR_LIST, period.args() if period else {})
     if m := _TICKET_NEW.search(text):
         title = m.group("title").strip().strip("\"'“”") or "Help needed"
         return call(
@@ -158,9 +246,10 @@ def plan_reply(messages: Sequence[BaseMessage], tools: Sequence[dict[str, Any]])
     return AIMessage(content=PREFIX + _help(offered))
 
 
-def about_files(held: Sequence[BaseMessage]) -> str:
-    """What the offline model can say about the user's files: a document's first lines, an
-    image's type and size (it cannot see), so `make run` shows what the model was given."""
+def about_files(held: Sequence[BaseMessage], question: str = "") -> str:
+    """What the offline model can say about the user's files: a document's lines that answer
+    the question best (its first lines when none do), an image's type and size (it cannot
+    see), so `make run` shows what the model was given."""
     parts: list[str] = []
     for message in held:
         texts = iter(shown_texts(text_of(message)))
@@ -174,9 +263,17 @@ def about_files(held: Sequence[BaseMessage]) -> str:
                 )
                 continue
             lines = [ln for ln in next(texts, "").splitlines() if ln.strip() and not _PAGE.match(ln)]
-            quoted = "\n".join(f"> {ln[:200]}" for ln in lines[:FILE_QUOTE_LINES]) or "> (no text)"
+            scores = [_score(ln, question) for ln in lines]
+            best = scores.index(max(scores)) if scores and max(scores) > 0 else 0
+            heading = best and (lines[best].lstrip().startswith("#") or _is_heading(lines[best]))
+            # a matching heading is quoted with what it heads ("## Action items" and the items)
+            chosen = lines[
+                best : best + (1 + FILE_QUOTE_LINES if heading else 1 if best else FILE_QUOTE_LINES)
+            ]
+            quoted = "\n".join(f"> {ln[:200]}" for ln in chosen) or "> (no text)"
             pages = f", {f['pages']} page{'' if f['pages'] == 1 else 's'}" if f.get("pages") else ""
-            parts.append(f"{name} ({f.get('mime')}{pages}) begins:\n{quoted}")
+            says = "says" if best else "begins"
+            parts.append(f"{name} ({f.get('mime')}{pages}) {says}:\n{quoted}")
     return "\n\n".join(parts)
 
 
@@ -198,28 +295,131 @@ def _booking(m: re.Match[str]) -> dict[str, Any]:
     }
 
 
+def _stem(word: str) -> str:
+    """A word's crude stem, so "engineers" meets "engineering" and "bands" meets "band"."""
+    w = word.lower()
+    for suffix in ("ing", "ers", "er", "es", "s"):
+        if w.endswith(suffix) and len(w) - len(suffix) >= 4:
+            w = w[: -len(suffix)]
+            break
+    return w[:6]
+
+
+def _score(piece: str, question: str) -> int:
+    """How many of the question's words the piece has (by stem)."""
+    wanted = {_stem(w) for w in query_terms(question)}
+    return len(wanted & {_stem(w) for w in re.findall(r"\w+", piece)})
+
+
+def _unbulleted(line: str) -> str:
+    """A line without its list marker: quoted under "- " it must not read "- - Revenue"."""
+    return _BULLET.sub("", line, count=1).strip()
+
+
+def _is_heading(line: str) -> bool:
+    """A short line that introduces what follows: no sentence end, upper case or ending in ":"."""
+    line = line.strip()
+    return 0 < len(line) <= 80 and line[-1] not in ".!?" and (line.isupper() or line.endswith(":"))
+
+
+def _list_under(lines: list[str], i: int) -> list[str]:
+    """The list or table of figures right below heading `i` (blank lines before it skipped),
+    at most LIST_QUOTE_LINES lines; empty when what follows is no list."""
+    j = i + 1
+    while j < len(lines) and not lines[j].strip():
+        j += 1
+    items: list[str] = []
+    while (
+        j < len(lines) and lines[j].strip() and _LIST_ITEM.search(lines[j]) and len(items) < LIST_QUOTE_LINES
+    ):
+        items.append(_unbulleted(lines[j]))
+        j += 1
+    return items if len(items) >= 2 else []
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """A sentence of a passage: on which line its block starts, and whether it ends a list
+    item or heading (which has no sentence end of its own)."""
+
+    line: int
+    text: str
+    ends_item: bool = False
+
+
+def _blocks(lines: list[str]) -> list[tuple[int, str, bool]]:
+    """The passage as blocks (first line, text, is an item or heading): a list item or
+    heading stays a line of its own, lines of wrapped prose become one paragraph."""
+    blocks: list[tuple[int, str, bool]] = []
+    prose: list[str] = []
+    first = 0
+    for i, line in enumerate([*lines, ""]):
+        single = bool(line.strip()) and (_LIST_ITEM.search(line) is not None or _is_heading(line))
+        if prose and (not line.strip() or single):
+            blocks.append((first, " ".join(prose), False))
+            prose = []
+        if single:
+            blocks.append((i, _unbulleted(line), True))
+        elif line.strip():
+            first = i if not prose else first
+            prose.append(line.strip())
+    return blocks
+
+
+def _joined(pieces: list[_Piece]) -> str:
+    """Pieces as running text; a list item without a sentence end is followed by ";" (unless
+    what follows reads as its continuation)."""
+    out = ""
+    for before, piece in zip([None, *pieces], pieces, strict=False):
+        if before is not None:
+            item_end = before.ends_item and out[-1] not in ".!?:;," and not piece.text[:1].islower()
+            out += "; " if item_end else " "
+        out += piece.text
+    return out
+
+
 def _relevant_part(text: str, question: str, limit: int = QUOTE_CHARS) -> str:
     """The part of a passage that answers best: from its sentence or line sharing the most
-    words with the question, up to about `limit` characters, cut at a sentence end."""
-    pieces = [p.strip() for p in _SENTENCE.split(text) if p.strip()]
+    words with the question (by stem), up to about `limit` characters, cut at a sentence end.
+    Under a matching heading ("ENGINEERING SALARY BANDS") the list of figures below it is
+    quoted (up to LIST_QUOTE_CHARS): that is what the question asks for, not the heading."""
+    lines = text.splitlines()
+    pieces: list[_Piece] = []
+    for line_no, block, is_item in _blocks(lines):
+        sentences = [p.strip() for p in _SENTENCE.split(block) if p.strip()]
+        pieces += [_Piece(line_no, p, is_item and n == len(sentences) - 1) for n, p in enumerate(sentences)]
     if not pieces:
         return ""
-    words = set(query_terms(question))
-    scores = [len(words & {w.lower() for w in re.findall(r"\w+", p)}) for p in pieces]
+    scores = [_score(p.text, question) for p in pieces]
     start = scores.index(max(scores))
-    quoted = ""
+    best = pieces[start]
+    if max(scores) > 0 and _is_heading(lines[best.line]) and (items := _list_under(lines, best.line)):
+        quoted = f"{best.text.rstrip(':')}: " + _joined([_Piece(0, item, True) for item in items])
+        return (
+            quoted if len(quoted) <= LIST_QUOTE_CHARS else quoted[:LIST_QUOTE_CHARS].rsplit(" ", 1)[0] + " …"
+        )
+    chosen: list[_Piece] = []
     for piece in pieces[start:]:
-        if quoted and len(quoted) + len(piece) + 1 > limit:
+        if chosen and len(_joined([*chosen, piece])) > limit:
             break
-        quoted = f"{quoted} {piece}".strip()
+        chosen.append(piece)
+    quoted = _joined(chosen)
     return quoted if len(quoted) <= limit else quoted[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def passages_of(result: str) -> list[tuple[str, str]]:
+    """search_documents' passages as (citation number, body); a body runs to the next
+    passage's heading, blank lines and all (a list below a heading stays with it)."""
+    heads = list(_PASSAGE_HEAD.finditer(result))
+    ends = [h.start() for h in heads[1:]] + [len(result)] * bool(heads)
+    return [(h.group(1), result[h.end() : end].strip("\n")) for h, end in zip(heads, ends, strict=True)]
 
 
 def quote_passages(result: str, question: str = "", most: int = 3) -> str:
     """What the offline model says about search results: for each of the first documents
     found, the best part of its passages, quoted with its citation number (it cannot reason
     about them)."""
-    passages = _PASSAGE.findall(result)
+    passages = passages_of(result)
     if not passages:
         return result.split("\n", 1)[0]
     by_document: dict[str, list[str]] = {}  # a document's passages share its number
@@ -239,13 +439,15 @@ def _help(offered: set[str]) -> str:
     ]
     examples = {
         "database_query": '- count or list records: "how many records are older than 2020?"',
-        "delete_records": '- delete old records, after you confirm: "delete records older than 2020"',
+        "delete_records": '- delete old records, after you confirm: "delete records older than 2020" '
+        '(or "delete old records", and I ask which year)',
         "ask_user": '- ask you a clarifying question: "which database?"',
         "search_documents": '- search the documents you may read: "what is the travel policy?"',
-        "lookup_entities": '- look up people, teams and projects: "who is Dana Lee?"',
+        "lookup_entities": '- look up people, teams and projects: "who is Ana Costa?"',
         "list_my_tickets": '- show your tickets in the ticket service: "what are my open tickets?"',
         "create_ticket": '- open a ticket, after you confirm: "open a ticket about the printer"',
-        CALENDAR_LIST: '- show your calendar: "what is on my calendar on 2026-12-01?"',
+        CALENDAR_LIST: '- show your calendar: "what is on my calendar this week?" '
+        '(or "today", "tomorrow", "on 2026-11-16")',
         CALENDAR_CREATE: "- book a meeting, after you confirm: "
         '"book a design review with @bob:localhost on 2026-12-01 at 10:00"',
     }

@@ -52,6 +52,7 @@ from vagent_graph.tools import (
     ToolRegistry,
     ToolResult,
 )
+from vagent_graph.tools.base import plain_action, readable_name
 from vagent_graph.trace_arguments import trace_arguments
 from vagent_graph.turns import TurnRecorder, current_turn
 from vagent_shared.audit import AuditEventType, Decision
@@ -63,6 +64,23 @@ log = structlog.get_logger(__name__)
 
 #: PERSONAL_RESULTS_IN_GROUPS: a personal tool's result in a group room.
 PersonalResults = Literal["ask", "allow", "deny"]
+
+
+#: What the model (and through it the user) reads for a call of a tool the user was never
+#: offered, unknown or not allowed: never its name, which would tell them it exists (the
+#: security log, the metric and the audit record keep it, for operators).
+NOT_OFFERED = "I can't do that here."
+
+
+def declined_text(tool: str) -> str:
+    """What the model reads when the user said no: it answers the person who declined."""
+    return f"The user said no: {tool} was NOT run; nothing was changed. Tell them so."
+
+
+def progress_text(tool: Tool) -> str:
+    """The status line the room sees while a tool runs: what a person calls the tool, never
+    its internal `server__tool` name (that is for the trace and the logs)."""
+    return f"Running “{tool.title or readable_name(tool.name)}”…"
 
 
 def pending_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -259,9 +277,7 @@ class ToolCalls:
             metrics.TOOL_CALLS.labels(known, "denied").inc()
             # No arguments on record: the audit keeps none for a call it refused.
             call.note(decision="denied", outcome="denied", arguments={})
-            return call.reply(
-                f"Access denied: the tool '{call.name[:100]}' is not available to this user.", "error"
-            )
+            return call.reply(NOT_OFFERED, "error")
         try:
             return decision.tool, decision.tool.args_model.model_validate(call.raw_args)
         except ValidationError as exc:
@@ -330,7 +346,7 @@ class ToolCalls:
         confirmed no longer holds."""
         name = call.name
         self._audit_tool(ctx, "tool_access", name, "allowed", "confirmed" if cleared.confirmed else "", call)
-        get_stream_writer()({"type": "progress", "content": f"Running {name}…"})
+        get_stream_writer()({"type": "progress", "content": progress_text(tool)})
         try:
             result = await tool.run(args, replace(ctx, plan=cleared.plan), cleared.answer)
         except Exception as exc:  # the type only: an exception message may quote a secret
@@ -384,7 +400,7 @@ class ToolCalls:
             call.note(outcome="declined")
             metrics.TOOL_CALLS.labels(call.name, "declined").inc()
             self._audit_tool(ctx, "tool_access", call.name, "declined", "the user declined", call)
-            return call.reply(f"The user declined. {call.name} was NOT run; nothing was changed."), False
+            return call.reply(declined_text(call.name)), False
         return answer
 
     async def _confirmed(
@@ -422,7 +438,7 @@ class ToolCalls:
         """The question for this call, to be saved before it is asked (or, when the tool has
         nothing to do, the answer that says so)."""
         if prepared is None:
-            found = await tool.prepare(args, ctx) if tool.prepare else Prepared(action=f"Run {tool.name}")
+            found = await tool.prepare(args, ctx) if tool.prepare else Prepared(action=plain_action(tool))
             if isinstance(found, NothingToDo):
                 return self._nothing_to_do(call, ctx, found)
             prepared = found

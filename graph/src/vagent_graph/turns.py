@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +24,14 @@ from opentelemetry import trace as otel_trace
 from vagent_shared.access import AcContext
 from vagent_shared.events import ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.knowledge import Audience
-from vagent_shared.traces import LlmCallTrace, SourceTrace, ToolCallTrace, TurnOutcome, TurnTrace
+from vagent_shared.traces import (
+    LlmCallTrace,
+    SourceTrace,
+    ToolCallTrace,
+    TurnOutcome,
+    TurnTrace,
+    question_line,
+)
 
 CONFIG_KEY = "turn"
 
@@ -126,15 +134,25 @@ def current_turn() -> TurnRecorder | None:
         return None
 
 
-def new_trace(session_id: str, ac: AcContext, audience: Audience | None) -> TurnTrace:
-    """A new turn's trace: a new id, who asks, whether others read the answer, and the
-    OpenTelemetry trace this request belongs to (if one is being recorded)."""
+def new_trace(
+    session_id: str,
+    ac: AcContext,
+    audience: Audience | None,
+    message: str = "",
+    files: Sequence[str] = (),
+) -> TurnTrace:
+    """A new turn's trace: a new id, who asks and what (the start of `message`, secrets
+    masked: `question_line`; a message of files alone: their names in brackets), whether
+    others read the answer, and the OpenTelemetry trace this request belongs to (if one is
+    being recorded). A resume passes no message: an answer to the agent's question is not
+    the question the turn answered."""
     trace = TurnTrace(
         turn_id=uuid.uuid4().hex,
         session_id=session_id,
         user_id=ac.user_id,
         tenant=ac.active_acl_domain,
         group=audience is not None and (audience.public_only or bool(audience.members)),
+        question=question_line(message if message.strip() else " ".join(f"[{n}]" for n in files)),
     )
     add_otel_trace(trace)
     return trace

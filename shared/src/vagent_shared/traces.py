@@ -3,7 +3,9 @@
 `/admin/v1/traces` read it. Stored in Redis as JSON under `redis_keys.trace_turn`.
 
 Nothing here is secret: tool arguments are scrubbed as the audit trail scrubs them
-(`vagent_shared.audit.scrub`), free text left out, no prompt or answer text is kept, and the documents
+(`vagent_shared.audit.scrub`), free text left out, no prompt or answer text is kept (only the
+start of the asker's message, `question`: one line, at most QUESTION_CHARS, secret-looking
+parts masked, so `vagent trace list` says which question a turn answered), and the documents
 named are those the asker may read. Each tool call and source carries its `scope`: what
 decides who may be told about it. The bot's account judges it against whoever reads the
 room when the account is asked for (people join rooms after a turn), not the turn's readers.
@@ -12,12 +14,13 @@ room when the account is asked for (people join rooms after a turn), not the tur
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vagent_shared.readers import ResultScope
+from vagent_shared.secrets import mask_secrets
 
 log = structlog.get_logger(__name__)
 
@@ -25,8 +28,23 @@ TurnOutcome = Literal["answered", "asked", "denied", "failed", "cancelled", "ove
 ToolOutcome = Literal["ok", "error", "denied", "asked", "declined", "cancelled", "refused"]
 
 
+#: The most of the asker's message a trace keeps (`TurnTrace.question`).
+QUESTION_CHARS: Final = 80
+#: What stands in a trace's question for a part that looks like a secret.
+QUESTION_MASK: Final = "[REDACTED]"
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def question_line(message: str) -> str:
+    """What a trace keeps of the message a turn answers (pure): one line (whitespace runs,
+    line breaks included, become one space), secret-looking parts masked, then cut to
+    QUESTION_CHARS. Masked before the cut (a key cut short may no longer look like one) and
+    after it (a cut may leave a shorter run that does), so no secret survives either way."""
+    flat = " ".join(message.split())
+    return mask_secrets(mask_secrets(flat, QUESTION_MASK)[:QUESTION_CHARS], QUESTION_MASK)[:QUESTION_CHARS]
 
 
 class LlmCallTrace(BaseModel):
@@ -109,6 +127,10 @@ class TurnTrace(BaseModel):
     group: bool = False
     #: OpenTelemetry trace ids (hex) of the requests of this turn (a resume is its own).
     otel_trace_ids: list[str] = Field(default_factory=list)
+    #: The start of the message the turn answers (`question_line`: one line, at most
+    #: QUESTION_CHARS, secrets masked; files alone: their names); a resume keeps the asking
+    #: turn's. Empty: stored by a version that did not record it.
+    question: str = ""
     #: Matrix event ids of the bot's messages for this turn (answer, question), set by the bot.
     event_ids: list[str] = Field(default_factory=list)
     started_at: datetime = Field(default_factory=_now)

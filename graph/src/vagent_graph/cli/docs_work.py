@@ -22,6 +22,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tqdm import tqdm
 
+from vagent_graph.cli import run_env
 from vagent_graph.cli.output import complain, printable, say, unreachable
 from vagent_graph.knowledge import batch, entity_redis
 from vagent_graph.knowledge.doc_index import IndexMismatch
@@ -97,7 +98,10 @@ def entity_redis_errors(settings: GraphSettings) -> Iterator[None]:
         yield
     except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
         where = entity_redis.where(settings)
-        raise CliError(f"cannot reach the entity Redis at {where}: {type(exc).__name__}") from None
+        variable = entity_redis.SETTING if settings.ENTITY_REDIS_URL else "REDIS_URL"
+        made_run, dev_env = run_env.made_run_settings()
+        hint = run_env.redis_hint(variable, settings.entity_redis_url(), made_run, dev_env)
+        raise CliError(f"cannot reach the entity Redis at {where}: {type(exc).__name__}. {hint}") from None
     except ResponseError as exc:
         where = entity_redis.where(settings)
         first = printable(str(exc).splitlines()[0] if str(exc) else "")[:120]

@@ -3,7 +3,8 @@
 Results go to stdout, flushed line by line (a pipe, or `vagent audit tail --follow`, sees each
 at once); problems go to stderr as one line `vagent GROUP: message`, never a traceback. Text
 that comes from users (audit reasons, key names) is made printable first: it must not move
-the operator's cursor or clear their terminal. Redis is named without its password.
+the operator's cursor or clear their terminal. Redis is named without its password, with a hint
+that names the setting (and `make run`'s dev.env, run_env.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import sys
 
+from vagent_graph.cli import run_env
 from vagent_shared import redis_connect
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -39,9 +41,12 @@ def plural(n: int, noun: str, nouns: str) -> str:
     return f"{n} {noun if n == 1 else nouns}"
 
 
-def unreachable(url: str, exc: BaseException) -> str:
-    """Redis did not answer: where (no credentials) and how, naming the setting to check."""
-    return f"cannot reach Redis at {redis_connect.where(url)} (REDIS_URL): {type(exc).__name__}"
+def unreachable(url: str, exc: BaseException, variable: str = "REDIS_URL") -> str:
+    """Redis did not answer: where (no credentials) and how, naming the setting to set and,
+    when `make run`'s dev.env is here and names another Redis, the file to source."""
+    made_run, dev_env = run_env.made_run_settings()
+    hint = run_env.redis_hint(variable, url, made_run, dev_env)
+    return f"cannot reach Redis at {redis_connect.where(url)} ({variable}): {type(exc).__name__}. {hint}"
 
 
 def skipped(n: int) -> str:

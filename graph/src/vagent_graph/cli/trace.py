@@ -5,11 +5,13 @@
                       [--limit 50] [--json]
 
 `show` takes the turn id (the `turn` event of the graph's stream, `trace list`) or the
-Matrix event id of the bot's answer or question, and prints the turn: outcome, timings,
+Matrix event id of the bot's answer or question (quote it: `'$…'`), and prints the turn: the
+question it answered (the start of the user's message, secrets masked), outcome, timings,
 every LLM call with its tokens, every tool call with its access decision, confirmation,
 credential use and outcome, and the documents, entities and files it used, each with what it
 was derived from (its scope: who may be told about it). `list` prints the
-newest matching turns first, one line each. --json prints the TurnTrace (show) or a JSON
+newest matching turns first, one line each, ending with the question the turn answered (its
+first 40 characters). --json prints the TurnTrace (show) or a JSON
 array of them (list), exactly what `/admin/v1/traces` answers.
 
 Arguments are shown as stored: scrubbed as the audit trail scrubs them. Times are UTC.
@@ -118,6 +120,7 @@ def describe(t: TurnTrace) -> list[str]:
     lines = [
         f"Turn {t.turn_id}: {t.outcome}{reason}",
         f"  user {printable(t.user_id)}, tenant {printable(t.tenant) or '-'}, in {where}",
+        f"  question {printable(t.question)!r}" if t.question else "  question not recorded",
         f"  session {printable(t.session_id)}",
         f"  started {_when(t.started_at)}, took {_ms(t.total_ms)}, first answer text after "
         f"{_ms(t.first_token_ms)}",
@@ -126,9 +129,7 @@ def describe(t: TurnTrace) -> list[str]:
         lines.append("  Matrix events " + ", ".join(printable(e) for e in t.event_ids))
     if t.otel_trace_ids:
         lines.append("  OpenTelemetry traces " + ", ".join(t.otel_trace_ids))
-    lines.append(
-        f"LLM calls: {len(t.llm_calls)} ({t.input_tokens} tokens in, {t.output_tokens} out)"
-    )
+    lines.append(f"LLM calls: {len(t.llm_calls)} ({t.input_tokens} tokens in, {t.output_tokens} out)")
     for n, c in enumerate(t.llm_calls, 1):
         lines.append(
             f"  {n}. {printable(c.model)}  {c.purpose}  in {_tokens(c.input_tokens)}  "
@@ -156,6 +157,8 @@ COLUMNS: tuple[tuple[str, int], ...] = (
     ("TOKENS", 13),
     ("TOOLS", 5),
     ("TIME", 8),
+    #: The question the turn answered, cut to this (the trace keeps QUESTION_CHARS of it).
+    ("QUESTION", 40),
 )
 
 
@@ -164,6 +167,7 @@ def table_header() -> str:
 
 
 def table_row(t: TurnTrace) -> str:
+    """One turn, in COLUMNS' order; the question last ("-": not recorded)."""
     values = (
         _when(t.started_at),
         t.turn_id,
@@ -173,6 +177,7 @@ def table_row(t: TurnTrace) -> str:
         f"{t.input_tokens}/{t.output_tokens}",
         str(len(t.tool_calls)),
         _ms(t.total_ms),
+        t.question or "-",
     )
     return "  ".join(cell(v, w).ljust(w) for v, (_, w) in zip(values, COLUMNS, strict=True)).rstrip()
 

@@ -21,6 +21,7 @@ detail (which may quote a URL, a header or the server's internals) never reaches
 from __future__ import annotations
 
 import functools
+import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -55,6 +56,19 @@ _UNTRACED = otel_context.set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, ote
 T = TypeVar("T")
 #: Elicitations kept of one call (each cut to 300 characters); more are only counted.
 MAX_ASKED = 3
+
+
+#: The MCP SDK's loggers: at INFO, "Received session ID" and "Negotiated protocol version"
+#: for every session the graph opens (mcp.client.*), and a server run in the same process
+#: (a test's) says "Terminating session" and "Processing request of type" (mcp.server.*).
+SDK_LOGGER = "mcp"
+
+
+def quiet_sdk_logs() -> None:
+    """The SDK's INFO lines are chatter on the console (`make run`): they show only when the
+    root logger (LOG_LEVEL) is at DEBUG; its warnings and errors always do."""
+    debug = logging.getLogger().getEffectiveLevel() <= logging.DEBUG
+    logging.getLogger(SDK_LOGGER).setLevel(logging.NOTSET if debug else logging.WARNING)
 
 
 class McpUnavailable(RuntimeError):

@@ -1,7 +1,8 @@
 """What the model reads back from an MCP tool call, and what it is told when there is none.
 Pure: no I/O.
 
-Text content as it is; `structuredContent` as JSON; images are taken out (`result_images`:
+Text content as it is, but JSON text on one line (FastMCP indents it: tokens for nothing);
+`structuredContent` as one-line JSON, once; images are taken out (`result_images`:
 the room sees them after the answer, the model reads a line about each). Everything the
 model reads of one result (the text, what the server asked mid-call, the images left out,
 and the line about each image shown) fits in MCP_RESULT_MAX_CHARS: the text is cut to leave
@@ -64,7 +65,7 @@ def result_text(tool: str, result: CallToolResult, max_chars: int) -> tuple[str,
         detail = " ".join(_part(c) for c in result.content).strip()
         detail = fit(mask_secrets(detail, "[REDACTED]"), MAX_ERROR_CHARS)
         return fit(f"{tool} failed: {detail}" if detail else f"{tool} failed.", max_chars), True
-    parts = [_part(c) for c in result.content]
+    parts = [compact(_part(c)) for c in result.content]
     if result.structuredContent is not None:
         structured = json.dumps(result.structuredContent, ensure_ascii=False, default=str)
         # FastMCP also sends structured results as text: do not show the same thing twice.
@@ -72,6 +73,19 @@ def result_text(tool: str, result: CallToolResult, max_chars: int) -> tuple[str,
             parts.append(structured)
     text = "\n".join(p for p in parts if p) or ("" if image_count(result) else f"{tool} returned nothing.")
     return fit(text, max_chars), False
+
+
+def compact(text: str) -> str:
+    """JSON text as one line without indentation (the model reads the same data in fewer
+    tokens); any other text as it is."""
+    stripped = text.strip()
+    if stripped[:1] not in ("{", "["):
+        return text
+    try:
+        one_line = json.dumps(json.loads(stripped), ensure_ascii=False, default=str)
+    except ValueError:
+        return text
+    return one_line if len(one_line) < len(text) else text
 
 
 def image_count(result: CallToolResult) -> int:

@@ -116,6 +116,7 @@ class McpServers:
         """Read every server (concurrently) and keep them fresh in the background. Waits up
         to `wait_seconds` for the first answers, so a server that hangs delays the start by
         that much at most; its tools appear when it answers."""
+        client.quiet_sdk_logs()  # after LOG_LEVEL configured logging (the graph's start)
         first = {s.name: asyncio.Event() for s in self.servers}
         self._tasks = [asyncio.create_task(self._keep_fresh(s, first[s.name])) for s in self.servers]
         if first:

@@ -15,6 +15,11 @@ operator trusts the server (`trust_annotations: true`); otherwise it is believed
 tool that cannot send anything (its schema takes no argument at all), since whatever the
 model puts into arguments leaves with the call.
 
+Titles: the question asking to confirm a call names the tool by its title (the MCP
+annotations' `title`, else the tool's `title`, else the first sentence of its description),
+cleaned (`tool_title`): one line of at most MAX_TITLE_CHARS, no markup or question marks,
+invisible characters escaped, so a hostile server's title cannot fake the question.
+
 Building Tools costs CPU (a schema check and a pydantic model per tool: ~20 ms each): the
 caller runs `build_tools` off the event loop.
 """
@@ -33,8 +38,9 @@ from jsonschema.exceptions import SchemaError
 from mcp.types import Tool as McpTool
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from vagent_graph.confirmation import visible
 from vagent_graph.mcp.config import McpServerConfig
-from vagent_graph.tools.base import RunFn, Tool
+from vagent_graph.tools.base import LabelFn, RunFn, Tool, readable_name
 from vagent_shared.access import mcp_server
 
 log = structlog.get_logger(__name__)
@@ -49,6 +55,47 @@ MAX_SCHEMA_CHARS = 20_000
 MAX_ERRORS_SHOWN = 5
 #: A tool's `description` is read only this far before it is cleaned up and cut.
 _DESCRIPTION_READ = 20 * MAX_DESCRIPTION_CHARS
+
+
+MAX_TITLE_CHARS = 80
+#: Read this far into a title or description for the title (the rest never matters).
+_TITLE_READ = 2000
+#: What a title must not carry into a question: Markdown and HTML markup, question marks
+#: (a title that asks its own question), brackets (a fake "(yes/no)").
+_NOT_IN_TITLE = re.compile(r"[*_`~#|<>\[\]{}()?\\]")
+_SENTENCE_END = re.compile(r"(?<=[.!;:])\s")
+
+
+def clean_title(raw: str) -> str:
+    """`raw` as one short line a person reads in a question: white space runs (line breaks,
+    long runs of spaces) as one space, markup and question marks dropped, invisible
+    characters escaped (`visible`), at most MAX_TITLE_CHARS (cut at a word, with "…")."""
+    text = " ".join(_NOT_IN_TITLE.sub(" ", raw[:_TITLE_READ]).split())
+    text = text.strip(" .,;:!-")
+    if len(text) > MAX_TITLE_CHARS:
+        cut = text[: MAX_TITLE_CHARS - 1]
+        text = (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" .,;:!-") + "…"
+    return visible(text)  # escapes make it longer, at most ten times
+
+
+def tool_title(tool: McpTool) -> str:
+    """What the confirmation calls an MCP tool: its annotations' title, else its title, else
+    the first sentence of its description, cleaned (`clean_title`); else its name, readable."""
+    hints = tool.annotations
+    for raw in (hints.title if hints is not None else None, tool.title):
+        if isinstance(raw, str) and clean_title(raw):
+            return clean_title(raw)
+    if isinstance(tool.description, str):
+        first = _SENTENCE_END.split(" ".join(tool.description[:_TITLE_READ].split()), maxsplit=1)[0]
+        if clean_title(first):
+            return clean_title(first)
+    return clean_title(readable_name(tool.name)).capitalize() or "A tool"
+
+
+def result_label(label: str) -> LabelFn:
+    """What a personal result of an MCP tool shows, for the question to a group room (never
+    its internal name)."""
+    return lambda _: label
 
 
 def exposed_name(server: str, tool: str) -> str | None:
@@ -171,6 +218,7 @@ def build_tools(
             skipped.append(Skipped(name, "invalid_schema"))
             continue
         budget -= size
+        title = tool_title(t)
         tools.append(
             Tool(
                 name=name,
@@ -184,6 +232,8 @@ def build_tools(
                 server=server.name,
                 origin=server.origin,
                 grants=(mcp_server(server.name),),
+                title=title,
+                personal_label=result_label(f"the result of “{title}” ({server.name} server)"),
             )
         )
     return tools, skipped

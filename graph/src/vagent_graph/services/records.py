@@ -1,5 +1,9 @@
 """The demo "records" database (SQLite), which the service creates and seeds, and its access.
 
+`RECORDS_DB_PATH` may name one database for everybody or, with `{domain}` in it, one per
+tenant (`make run`: `.data/records/{domain}.db`), each created and seeded on its first use, so
+one tenant's deletes never change another's rows.
+
 Reads open the file READ-ONLY (SQLite URI mode=ro + query_only, no ATTACH), so no SQL text
 can write, whatever it says. A delete removes exactly the rows that were counted: the count and
 a digest of their ids are checked again inside its write transaction (`delete_confirmed`).
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -43,15 +48,36 @@ CREATE INDEX IF NOT EXISTS records_created_at ON records(created_at);
 """
 
 
+#: What `{domain}` in RECORDS_DB_PATH may become: a tenant's name, never a path.
+_DOMAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
+DOMAIN_PLACEHOLDER = "{domain}"
+
+
 @dataclass(frozen=True)
 class RecordsDb:
-    """The demo database's file, as a service the records tools find in their context."""
+    """The demo database's file (or, with `{domain}` in it, each tenant's), as a service the
+    records tools find in their context."""
 
     path: Path
 
+    def for_domain(self, domain: str) -> Path:
+        """The database of `domain`'s tenant, created and seeded if it is new. A domain that
+        is no plain name (`..`, a slash) gets no database at all."""
+        template = str(self.path)
+        if DOMAIN_PLACEHOLDER not in template:
+            return self.path
+        if len(domain) > 100 or not _DOMAIN.fullmatch(domain):
+            raise FileNotFoundError("the records database does not exist")
+        path = Path(template.replace(DOMAIN_PLACEHOLDER, domain))
+        ensure_records_db(path)
+        return path
+
 
 def ensure_records_db(path: Path, rows: int = 1500, seed: int = 42) -> None:
-    """Create and seed the database once; an existing one is left alone."""
+    """Create and seed the database once; an existing one is left alone (a template with
+    `{domain}`: each tenant's on its first use)."""
+    if DOMAIN_PLACEHOLDER in str(path):
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(path) as conn:
         conn.executescript(SCHEMA)

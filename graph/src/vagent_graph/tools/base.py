@@ -117,6 +117,30 @@ def result_text(result: str | ToolResult | Changed) -> str:
     return result.text if isinstance(result, ToolResult) else result
 
 
+def readable_name(name: str) -> str:
+    """`create_ticket` as "create ticket", `calendar__create_event` as "create event": a
+    name a person can read, for a tool without a title."""
+    return " ".join(name.rsplit("__", 1)[-1].replace("_", " ").replace("-", " ").split()) or name
+
+
+def plain_action(tool: Tool) -> str:
+    """The headline of the confirmation of a tool without `prepare`: its title (a built-in
+    tool without one: "Use the database query tool"), the server an MCP tool comes from, and
+    "in your name" when it acts with the asker's own credential (as the ticket question
+    does). Never the internal `server__tool` name: that is for the trace and the logs."""
+    if tool.title:
+        action = tool.title
+    elif tool.server is None:
+        action = f"Use the {readable_name(tool.name)} tool"
+    else:
+        action = readable_name(tool.name).capitalize()
+    if tool.server is not None:
+        action += f" ({tool.server} server)"
+    if tool.requires_credentials:
+        action += ", in your name"
+    return action
+
+
 AskFn = Callable[[Any, ToolContext], Awaitable[Question | None]]
 PrepareFn = Callable[[Any, ToolContext], Awaitable[Prepared | NothingToDo]]
 RunFn = Callable[[Any, ToolContext, str | None], Awaitable[str | ToolResult | Changed]]
@@ -157,6 +181,10 @@ class Tool:
     origin: str | None = None
     #: Resource instances that grant the tool besides `tool:<name>` (`mcp_server:<server>`).
     grants: tuple[str, ...] = ()
+    #: What a person calls it ("Book a calendar event"): the headline of its confirmation
+    #: when it has no `prepare` (`plain_action`). None: a readable form of its name. An MCP
+    #: tool's comes from its server, cleaned (mcp/tools.py: `tool_title`).
+    title: str | None = None
 
     @property
     def is_personal(self) -> bool:

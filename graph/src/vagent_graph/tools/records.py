@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from datetime import date
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -20,10 +21,15 @@ from vagent_graph.tools.base import Changed, NothingToDo, Prepared, Tool, ToolCo
 
 
 def format_table(cols: list[str], rows: list[tuple[object, ...]], truncated: bool) -> str:
+    """Rows as a compact table; a single value (a count) as `name: value`, which reads as
+    data rather than as a one-cell table."""
     if not cols:
         return "The query returned no columns."
     if not rows:
         return "The query returned no rows."
+    if len(cols) == 1 and len(rows) == 1:
+        value = rows[0][0]
+        return f"{cols[0]}: {'' if value is None else value}"
     lines = [" | ".join(cols), " | ".join("---" for _ in cols)]
     lines += [" | ".join("" if v is None else str(v) for v in row) for row in rows]
     if truncated:
@@ -45,10 +51,16 @@ class DeleteRecordsArgs(BaseModel):
 
 async def _query(args: DatabaseQueryArgs, ctx: ToolContext, _: str | None) -> str:
     try:
-        cols, rows, truncated = await asyncio.to_thread(run_query, ctx.services.get(RecordsDb).path, args.sql)
+        path = await _database(ctx)
+        cols, rows, truncated = await asyncio.to_thread(run_query, path, args.sql)
     except (sqlite3.Error, sqlite3.Warning) as exc:
         return f"Query failed: {exc}"
     return format_table(cols, rows, truncated)
+
+
+async def _database(ctx: ToolContext) -> Path:
+    """The asking user's tenant's database (created on its first use)."""
+    return await asyncio.to_thread(ctx.services.get(RecordsDb).for_domain, ctx.ac.active_acl_domain)
 
 
 def _records(n: int) -> str:
@@ -66,7 +78,7 @@ def _delete_plan(cutoff: date, n: int, digest: str) -> Prepared:
 
 
 async def _prepare_delete(args: DeleteRecordsArgs, ctx: ToolContext) -> Prepared | NothingToDo:
-    path = ctx.services.get(RecordsDb).path
+    path = await _database(ctx)
     n, digest = await asyncio.to_thread(matching_older_than, path, args.older_than)
     if n == 0:
         return NothingToDo(_nothing(args.older_than))
@@ -79,10 +91,8 @@ async def _delete(args: DeleteRecordsArgs, ctx: ToolContext, _: str | None) -> s
     count, digest = plan.get("count"), plan.get("digest")
     if not isinstance(count, int) or not isinstance(digest, str):
         return "Nothing was deleted: the deletion was not confirmed."
-    path = ctx.services.get(RecordsDb).path
-    deleted, now, now_digest = await asyncio.to_thread(
-        delete_confirmed, path, args.older_than, count, digest
-    )
+    path = await _database(ctx)
+    deleted, now, now_digest = await asyncio.to_thread(delete_confirmed, path, args.older_than, count, digest)
     if deleted is not None:
         return f"Deleted {_records(deleted)} older than {args.older_than.isoformat()}."
     if now == 0:
