@@ -182,12 +182,12 @@ def test_the_asker_in_a_dm_sees_every_step_source_token_and_time() -> None:
         "3. 🔧 `delete_records` (built-in) · asked first, you said **yes** after 8.0 s · "
         "🔑 with your credential · done · 40 ms",
         "4. 🔧 `list_events` (mcp:calendar) · done, 99 characters back",
-        "5. 🔧 `drop_table` (built-in) · ⛔ not allowed for you · denied",
+        "5. 🔧 a tool you were not offered · ⛔ not run",
         "6. 🧠 `gpt-x` wrote the answer · 2,100 in / 180 out tokens · first token after 300 ms · 2.4 s",
     ]
     assert "- 📄 Travel policy (`doc-7`)" in lines
     assert "- 📄 Alice's salary review (`doc-secret`)" in lines
-    assert "Withheld" not in text
+    assert "Withheld" not in text and "drop_table" not in text  # never offered: never named
     assert lines[-1] == "**Total:** 3,300 in / 220 out tokens · 2 model calls · 4 tool calls · 14.2 s"
     html = render_markdown(text)
     assert html.count("<li>") == 8 and "<ol>" in html  # six steps, two sources
@@ -197,7 +197,7 @@ def test_in_a_group_room_only_what_everyone_there_may_read_is_named() -> None:
     text = account(full_trace(group=True), readers(CAROL_AC).may_read)
     assert "list_events" not in text and "calendar" not in text
     assert "salary" not in text and "doc-secret" not in text
-    assert "search_documents" in text and "Travel policy" in text and "drop_table" in text
+    assert "search_documents" in text and "Travel policy" in text and "a tool you were not offered" in text
     assert "🔒 Withheld here: 1 step and 1 source not everyone in this room may see." in text
     assert "**Total:** 3,300 in / 220 out tokens" in text
 
@@ -221,7 +221,7 @@ def test_the_readers_are_those_of_the_room_now_not_of_the_turn() -> None:
 def test_members_unknown_only_what_derives_from_nothing_is_named() -> None:
     text = account(full_trace(), unscoped_only)
     assert "Travel policy" not in text and "doc-secret" not in text and "list_events" not in text
-    assert "delete_records" in text and "drop_table" in text
+    assert "delete_records" in text and "a tool you were not offered" in text
     assert "🔒 Withheld here: 2 steps and 2 sources not everyone in this room may see." in text
 
 

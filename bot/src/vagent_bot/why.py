@@ -135,10 +135,10 @@ def _llm_line(call: LlmCallTrace) -> str:
 
 
 def _tool_line(call: ToolCallTrace) -> str:
+    if call.decision == "denied":  # never offered: its name would say it exists (vagent trace keeps it)
+        return "🔧 a tool you were not offered · ⛔ not run"
     source = "built-in" if call.source == "builtin" else call.source
     parts = [f"🔧 `{call.name}` ({source})"]
-    if call.decision == "denied":
-        parts.append("⛔ not allowed for you")
     if call.confirmation_asked:
         if call.confirmation_answer is None:
             parts.append("asked for your confirmation")
