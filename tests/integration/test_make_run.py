@@ -211,6 +211,9 @@ def test_readme_curl_conversation(make_run: dict[str, int], run_data: Path) -> N
     assert promised and f"Delete {promised.group(1)} records older than 2020-01-01?" in asked, asked
     answered = run(second)
     assert stream_names(answered) == shown_second, answered
+    shown = re.search(r"event: progress\ndata: (\{.*\})", README)
+    progress = [json.loads(d) for d in re.findall(r"event: progress\ndata: (\{.*\})", answered)]
+    assert shown and json.loads(shown.group(1)) in progress, answered
     final = re.search(r"event: text_final\ndata: (\{.*\})", README)
     assert final and json.loads(final.group(1))["content"] in answered, answered
     assert (run_data / "records" / "demo.db").exists()
