@@ -207,7 +207,7 @@ async def test_progress_is_sent_while_a_tool_runs(
     llm_server.push_text("There are many.")
     events = await post_sse(client, PM, message_body(new_session(), "count"), graph.headers)
     assert kinds(events)[0] == "progress"
-    assert "database_query" in events[0].content  # type: ignore[union-attr]
+    assert events[0].content == "Running “database query”…"  # type: ignore[union-attr]
     assert llm_server.requests[-1]["messages"][-1]["content"].startswith("COUNT(*)")
 
 
