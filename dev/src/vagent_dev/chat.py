@@ -195,23 +195,26 @@ class Chat:
         """The line as sent: in a group room with the bot's prefix, commands too (`!ai !help`)."""
         return address_bot(text, self.prefix) if self.prefix is not None else text
 
-    async def send_text(self, text: str) -> None:
-        """Send a typed line; an unreachable homeserver or a refusal is one line, not a traceback."""
+    async def _send(self, event_type: str, content: dict[str, Any]) -> bool:
+        """Send one event; an unreachable homeserver or a refusal is one line, not a traceback.
+        True when it was sent (the silence hint then waits for a reply)."""
         assert self.room_id is not None
         try:
             resp = await self.client.room_send(
-                self.room_id,
-                "m.room.message",
-                {"msgtype": "m.text", "body": self.addressed(text)},
-                ignore_unverified_devices=True,
+                self.room_id, event_type, content, ignore_unverified_devices=True
             )
         except CONNECTION_ERRORS:
             self.transcript.note("chat: not sent, the homeserver is unreachable; try again in a moment")
-            return
+            return False
         if isinstance(resp, ErrorResponse):
             self.transcript.note(f"chat: not sent: {resp.message or resp.status_code}")
-            return
+            return False
         self.silence.sent(self.transcript.clock())
+        return True
+
+    async def send_text(self, text: str) -> None:
+        """Send a typed line."""
+        await self._send("m.room.message", {"msgtype": "m.text", "body": self.addressed(text)})
 
     def tick(self) -> None:
         """Called a few times a second: end the bot's finished line, say when no reply came."""
@@ -263,18 +266,8 @@ class Chat:
             self.transcript.note("chat: no answer to ask about yet")
             return
         content = {"m.relates_to": {"rel_type": "m.annotation", "event_id": self.last_answer, "key": "🔍"}}
-        try:
-            resp = await self.client.room_send(
-                self.room_id, "m.reaction", content, ignore_unverified_devices=True
-            )
-        except CONNECTION_ERRORS:
-            self.transcript.note("chat: not sent, the homeserver is unreachable; try again in a moment")
-            return
-        if isinstance(resp, ErrorResponse):
-            self.transcript.note(f"chat: not sent: {resp.message or resp.status_code}")
-            return
-        self.transcript.note(why_note(self.last_answer))
-        self.silence.sent(self.transcript.clock())
+        if await self._send("m.reaction", content):
+            self.transcript.note(why_note(self.last_answer))
 
     async def save(self, content: dict[str, Any], directory: Path) -> None:
         """Download (and decrypt) a file the bot sent into `directory`; a note says where."""

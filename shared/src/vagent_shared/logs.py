@@ -49,7 +49,8 @@ SECRET_KEY_WORDS = frozenset(
 #: A key with one of these words ANYWHERE holds a secret: `password_hash`, `set-cookie`,
 #: `proxy_authorization_header`.
 SECRET_ANY_WORDS = frozenset({"password", "passwd", "passphrase", "authorization", "cookie", "apikey"})
-#: Libraries whose INFO lines say nothing an operator acts on, quiet unless LOG_LEVEL=DEBUG:
+#: Libraries whose INFO lines say nothing an operator acts on, kept at WARNING like the noisy
+#: HTTP clients below (at every LOG_LEVEL):
 #: redisvl says "Index already exists, not overwriting." for each of the checkpointer's indexes
 #: on every start (the graph's own `docs_index_created` says when an index is really made).
 QUIET = ("redisvl.index.index",)
