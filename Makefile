@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-attachments lock clean
+.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-attachments bench-memory lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -54,6 +54,9 @@ bench-capacity: venv  ## benchmark: concurrent conversations one graph process c
 
 bench-attachments: venv  ## benchmark: first-token p99 of 20 conversations while a 20 MB PDF and a 10 MB image are read; reading time, peak RSS
 	$(BIN)/python bench/bench_attachments.py $(BENCH_ARGS)
+
+bench-memory: venv  ## benchmark: what recall adds to a turn (1,000 users x 200 memories, 20 conversations); Redis bytes per memory
+	$(BIN)/python bench/bench_memory.py $(BENCH_ARGS)
 
 lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
 	@for f in dev graph bot standins; do \

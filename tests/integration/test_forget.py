@@ -48,6 +48,8 @@ from vagent_graph import cli, erasure
 from vagent_graph.app import create_app
 from vagent_graph.end_of_run import end_of_run
 from vagent_graph.event_stream import stream_run
+from vagent_graph.knowledge.embeddings import LocalEmbedder
+from vagent_graph.memory.store import MemoryStore
 from vagent_graph.resources import Resources
 from vagent_graph.session_lock import SessionLock
 from vagent_graph.workflow import new_turn_input
@@ -56,6 +58,7 @@ from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
 from vagent_shared.hitl import PendingQuestion
+from vagent_shared.memory import Memory, MemoryPolicy
 from vagent_shared.settings import GraphSettings
 from vagent_shared.wire import ProcessMessageRequest
 
@@ -809,3 +812,92 @@ def test_valid_user_ids() -> None:
     ]:
         assert erasure.valid_user_id(ok), ok
     assert not erasure.valid_user_id("@" + "a" * 250 + ":localhost")
+
+
+# ---- memories (docs/memory.md) -----------------------------------------------------------------
+
+
+async def test_forget_erases_her_memories_in_every_tenant_and_nobody_elses(redis_url: str) -> None:
+    """Memories written through the graph's own store: hers in two tenants (a DM one, a group
+    one bob heard, an `--everywhere` one), bob's (heard by her too), a lookalike's. After
+    forget, no key of Redis holds the text of any of hers; theirs are as they were; the
+    count is in the output and in the `user_forgotten` record."""
+    t = uuid.uuid4().hex[:8]
+    alice, bob, evil = f"@{t}alice:localhost", f"@{t}bob:localhost", f"@{t}alice:localhost.evil"
+    stream = f"test:audit:{t}"
+
+    def memory(owner: str, domain: str, text: str, **more: Any) -> Memory:
+        return Memory.model_validate(
+            {"id": uuid.uuid4().hex[:12], "owner": owner, "domain": domain, "text": text, **more}
+        )
+
+    hers = [
+        memory(alice, "acme", f"{t} my daughter is ill this week", heard_by=(alice,)),
+        memory(alice, "acme", f"{t} the release is on Friday", heard_by=(alice, bob)),
+        memory(alice, "globex", f"{t} answer in German", everywhere=True, origin="command"),
+    ]
+    theirs = [
+        memory(bob, "acme", f"{t} bob likes tea, alice knows", heard_by=(alice, bob)),
+        memory(evil, "acme", f"{t} the lookalike's note", heard_by=(evil,)),
+    ]
+    redis = Redis.from_url(redis_url)
+    store = MemoryStore(redis, LocalEmbedder())
+    try:
+        for m in [*hers, *theirs]:
+            await store.add(m, MemoryPolicy(enabled=True))
+        before = await dump(redis)
+        assert all(any(m.text in v for v in before.values()) for m in hers)  # the store holds them
+
+        ran = run_vagent(
+            ["admin", "forget", alice], {**os.environ, "REDIS_URL": redis_url, "AUDIT_STREAM": stream}
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert re.search(r"^  memories\s+3$", ran.stdout, re.M), ran.stdout
+        assert re.search(r"^  memory_vectors\s+3$", ran.stdout, re.M), ran.stdout
+        assert ran.stdout.startswith(f"Forgot {alice}: deleted 6 keys.")
+
+        after = await dump(redis)
+        for m in hers:  # in no key's name or value, of any type
+            assert not [k for k, v in after.items() if m.text in k or m.text in v], m.text
+        assert await store.all_of(alice) == []
+        assert await store.all_of(bob) == [theirs[0]] and await store.all_of(evil) == [theirs[1]]
+        assert {k: v for k, v in after.items() if t in v and not k.startswith(stream)} == {
+            k: v for k, v in before.items() if t in v and not any(m.text in v for m in hers)
+        }
+        records = audit_events(after, stream)
+        (record,) = records.values()
+        assert record.event_type == "user_forgotten" and record.user_id == alice
+        assert record.metadata["memories"] == 3 and record.metadata["memory_vectors"] == 3
+    finally:
+        await store.delete_all(bob)
+        await store.delete_all(evil)
+        await store.delete_all(alice)
+        await store.aclose()
+        await redis.delete(stream)
+        await redis.aclose()
+
+
+def test_memory_documents_belong_by_their_namespace() -> None:
+    """The store's `$.prefix` as JSON.GET answers it: the namespace as escaped text."""
+    label = redis_keys.memory_label
+
+    def reply(*labels: str) -> bytes:
+        return json.dumps([".".join(labels).replace(".", "\\.")]).encode()
+
+    keys = [
+        b"vagent_memory:1",
+        b"vagent_memory:2",
+        b"vagent_memory:3",
+        b"vagent_memory:4",
+        b"vagent_memory:5",
+    ]
+    replies: list[object] = [
+        reply("memory", label(ALICE), label("acme")),
+        reply("memory", label(ALICE), label("globex")),
+        reply("memory", label(ALICE + ".evil"), label("acme")),
+        b"not json",
+        None,  # expired meanwhile
+    ]
+    assert erasure.their_memory_keys(keys, replies, ALICE) == keys[:2]
+    assert erasure.namespace_of(replies[0]) == redis_keys.memory_namespace(ALICE, "acme")
+    assert erasure.their_memory_keys(keys, replies, "@bob:localhost") == []

@@ -53,7 +53,7 @@ def test_readme_names_every_vagent_command_group() -> None:
     from vagent_graph.cli import app
 
     groups = {g.name for g in app.registered_groups} | {c.name for c in app.registered_commands}
-    assert groups == {"docs", "audit", "admin", "usage", "trace"}, groups
+    assert groups == {"docs", "audit", "admin", "usage", "trace", "memory"}, groups
     layout = README.split("Layout:")[1].split("```")[1]
     cli = re.sub(r"\s+", " ", layout.split("cli/ (`vagent`:")[1].split(")")[0])
     row = README.split("| `graph/` (`vagent-graph`; `vagent` with")[1].split(")")[0]
@@ -498,6 +498,38 @@ def test_make_run_hears_the_voice_sample_and_takes_files(make_run: dict[str, int
         CHAT_SAVE_DIR=str(tmp_path / "received"),
     )
     assert "vagent:" in out.split("Ctrl-D quits")[1]
+
+
+def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path: Path) -> None:
+    """The README's memory example: remembered in the DM, recalled after `!reset`, listed,
+    never recalled in the room with carol (who did not hear it), forgotten."""
+    dm = chat(
+        make_run,
+        tmp_path,
+        "alice",
+        [
+            ("remember that I prefer short answers", r"🧠 Remembered: I prefer short answers"),
+            ("!reset", r"I forgot this conversation"),
+            ("what do you remember about me?", r'"I prefer short answers"'),
+            ("!memory", r"1\. I prefer short answers — .*here"),
+        ],
+    )
+    assert "(offline model) I'll remember that." in dm
+    room = chat(
+        make_run,
+        tmp_path,
+        "alice",
+        [("what do you remember about me?", r"don't remember anything about you that I may use here")],
+        CHAT_WITH="@carol:localhost",
+    )
+    assert "short answers" not in room.split("what do you remember")[-1]
+    gone = chat(
+        make_run,
+        tmp_path,
+        "alice",
+        [("!forget 1", r"Forgot: I prefer short answers"), ("!memory", r"You have no memories\.")],
+    )
+    assert "Forgot" in gone
 
 
 def vagent_json(make_run: dict[str, int], *args: str) -> list[Any]:

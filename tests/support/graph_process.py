@@ -58,6 +58,6 @@ class GraphProcess(ServiceProcess):
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {TOKEN}"}
 
-    def start(self, timeout: float = 30) -> Self:
-        """As ServiceProcess.start, with the graph's shorter start-up allowance."""
+    def start(self, timeout: float = 90) -> Self:
+        """As ServiceProcess.start, with room for a start on a busy 2-core machine (~30 s seen)."""
         return super().start(timeout)

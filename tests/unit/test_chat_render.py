@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from vagent_dev.chat_render import BOLD, BULLET, NOT_BOLD, render_markdown
+from vagent_shared.memory import remembered_line
 
 WHY = """🔍 **How this answer came about:** answered in 1.2 s
 
@@ -64,3 +65,28 @@ def test_what_the_next_character_decides_is_held_back_until_the_answer_is_final(
     assert render_markdown("a\n#", tty=False, final=False) == "a\n"
     assert render_markdown("a\n-", tty=False, final=False) == "a\n"
     assert render_markdown("a\n-", tty=False, final=True) == "a\n-"
+
+
+#: As the graph sends it: the 🧠 line escaped for Matrix's Markdown (remembered_line).
+MEMORY_ANSWER = (
+    f"Noted.\n\n{remembered_line('I prefer answers in **German** (not `Swiss` German)')}\n**Total:** 1"
+)
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_the_remembered_line_is_shown_exactly_as_stored(tty: bool) -> None:
+    """What was remembered is shown as stored, markers and all: a planted memory is seen for
+    what it is; the rest of the answer is rendered as usual."""
+    shown = render_markdown(MEMORY_ANSWER, tty=tty).splitlines()
+    assert shown[2] == "🧠 Remembered: I prefer answers in **German** (not `Swiss` German)"
+    assert shown[3] == (f"{BOLD}Total:{NOT_BOLD} 1" if tty else "Total: 1")
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_a_streamed_remembered_line_only_ever_grows(tty: bool) -> None:
+    before = ""
+    for end in range(len(MEMORY_ANSWER) + 1):
+        now = render_markdown(MEMORY_ANSWER[:end], tty=tty, final=False)
+        assert now.startswith(before), (MEMORY_ANSWER[:end], before, now)
+        before = now
+    assert render_markdown(MEMORY_ANSWER, tty=tty).startswith(before)

@@ -8,6 +8,7 @@ from vagent_bot.commands import Command, parse_command
 from vagent_bot.commands import help_text as make_help
 from vagent_bot.rendering import render_markdown
 from vagent_bot.routing import parse_message, should_answer
+from vagent_shared.memory import Forget, ListMemories, Remember, parse_memory_command
 
 
 @pytest.mark.parametrize(
@@ -101,5 +102,76 @@ def test_help_text_defaults_and_renders() -> None:
     text = make_help("!ai")
     assert "**vagent**" in text and "`!ai`" in text
     html = render_markdown(text)
-    assert html.count("<li>") == 7 and "<strong>vagent</strong>" in html and "<blockquote>" in html
+    assert html.count("<li>") == 10 and "<strong>vagent</strong>" in html and "<blockquote>" in html
     assert "<code>!ai</code>" in html
+
+
+def test_help_lists_the_memory_commands_and_says_reset_keeps_memories() -> None:
+    text = make_help("!ai", agent_name="Ada")
+    for needle in (
+        "`!remember TEXT`",
+        "`!remember --everywhere TEXT`",
+        "`!memory`",
+        "`!forget N`",
+        "`!forget all`",
+    ):
+        assert needle in text, needle
+    reset = next(line for line in text.splitlines() if line.startswith("- `!reset`"))
+    assert "does **not** forget your memories" in reset
+    assert "🧠 Remembered" in text
+    assert "its own memory" not in text  # a thread has its own history; memories follow the person
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("!ai !remember I prefer answers in German", Remember("I prefer answers in German")),
+        ("vagent: !remember --everywhere answer in German", Remember("answer in German", everywhere=True)),
+        ("@vagent:example.org !memory", ListMemories()),
+        ("!ai !forget 2", Forget(2)),
+        ("!ai !FORGET all", Forget(None)),
+    ],
+)
+def test_memory_commands_are_not_the_bots_and_go_to_the_graph_as_typed(body: str, expected: object) -> None:
+    """The graph answers them (it holds the memories): the bot's parser leaves them alone, and
+    what routing passes on is what the graph's parser reads."""
+    raw = {
+        "type": "m.room.message",
+        "event_id": "$e",
+        "sender": "@a:example.org",
+        "content": {"msgtype": "m.text", "body": body},
+    }
+    m = parse_message(raw, "!r:example.org")
+    assert m is not None
+    d = should_answer(
+        m,
+        bot_user_id="@vagent:example.org",
+        bot_display_name="vagent",
+        is_dm=False,
+        prefix="!ai",
+        replied_to_sender=None,
+        bot_in_thread=False,
+    )
+    assert d.answer and parse_command(d.text) is None
+    assert parse_memory_command(d.text) == expected
+
+
+def test_a_memory_command_in_a_group_room_needs_the_prefix_or_a_mention() -> None:
+    raw = {
+        "type": "m.room.message",
+        "event_id": "$e",
+        "sender": "@a:example.org",
+        "content": {"msgtype": "m.text", "body": "!remember my PIN hint"},
+    }
+    m = parse_message(raw, "!r:example.org")
+    assert m is not None
+    d = should_answer(
+        m,
+        bot_user_id="@vagent:example.org",
+        bot_display_name="vagent",
+        is_dm=False,
+        prefix="!ai",
+        replied_to_sender=None,
+        bot_in_thread=False,
+    )
+    assert not d.answer

@@ -211,7 +211,9 @@ def test_a_tool_that_was_not_offered_is_never_called_nor_named() -> None:
         reply = plan_reply([HumanMessage(content=text)], lacking, NOW)
         assert all(c["name"] != tool for c in reply.tool_calls), text
         content = str(reply.content)
-        assert not [n for n in names if n in content], (text, content)
+        # internal names (`a_b`, `server__tool`), and the withheld tool's in any form ("remember",
+        # a plain word, may be said when that tool is offered: the help's example says it)
+        assert not [n for n in names if n in content and (n == tool or "_" in n)], (text, content)
         if not reply.tool_calls:
             assert content.startswith("(offline model) ") and "have access" not in content, content
 
@@ -299,6 +301,8 @@ def test_every_example_of_its_help_works_on_the_demo_data() -> None:
     for example in examples:
         if example in ("today", "tomorrow", "on 2026-11-16"):
             example = f"what is on my calendar {example}?"
+        if example == "what do you remember about me?":  # answered from the recalled memories
+            continue
         reply = plan_reply([HumanMessage(content=example)], everything(), NOW)
         assert reply.tool_calls, (example, reply.content)
     people = {

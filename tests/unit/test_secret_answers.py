@@ -162,6 +162,9 @@ class Harness:
         async def resolve_audience(_room: str, _user: str) -> None:
             return None
 
+        async def audience_unchecked(_room: str) -> bool:
+            return False
+
         async def converse(sid: SessionId, answer: Any, open_stream: Any, sent_at: float) -> None:
             self.conversed.append((sid.format(), answer))
 
@@ -174,6 +177,7 @@ class Harness:
                 SimpleNamespace(
                     check_access=check_access,
                     resolve_audience=resolve_audience,
+                    audience_unchecked=audience_unchecked,
                     new_answer=lambda _room, thread, reply: cast(Any, FakeAnswer(self.sent, thread, reply)),
                     converse=converse,
                 ),

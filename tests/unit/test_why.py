@@ -20,12 +20,15 @@ from vagent_bot.why import (
     is_why_command,
     is_why_reaction,
     kept_for,
+    memories_line,
+    memory_place,
+    memory_rooms,
     unscoped_only,
 )
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import PUBLIC_TAG, Audience, AudienceMember
 from vagent_shared.readers import DocRef, EntityRef, Readership, ResultScope
-from vagent_shared.traces import LlmCallTrace, SourceTrace, ToolCallTrace, TurnTrace
+from vagent_shared.traces import LlmCallTrace, MemoryTrace, SourceTrace, ToolCallTrace, TurnTrace
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 ALICE = "@alice:localhost"
@@ -428,3 +431,41 @@ def test_how_long_details_are_kept() -> None:
     assert expired_notice(604800) == (
         "🔍 I no longer have the details of that answer (they are kept 7 days)."
     )
+
+
+# ---- memories the turn recalled (docs/memory.md) -------------------------------------------
+HERE = "!room:localhost"
+ALICE_DM = "!alicedm:localhost"
+HR_ROOM = "!hr-layoffs-2026:localhost"
+RECALLED = [
+    MemoryTrace(id="m-1", created_at=datetime(2026, 11, 3, 9, 30, tzinfo=UTC), room_id=HERE),
+    MemoryTrace(id="m-2", created_at=datetime(2026, 11, 1, 23, 59, tzinfo=UTC), room_id=ALICE_DM),
+    MemoryTrace(id="m-3", created_at=datetime(2026, 10, 28, tzinfo=UTC), room_id=HR_ROOM),
+]
+
+
+def test_the_account_lists_the_memories_used_by_date_and_place_never_their_text_or_other_rooms() -> None:
+    trace = full_trace(memories=RECALLED)
+    assert memory_rooms(trace) == {ALICE_DM, HR_ROOM}
+    text = account(trace, ALONE, dm_rooms={ALICE_DM})
+    assert (
+        "🧠 3 memories recalled: from 3 Nov 2026 (this room), from 1 Nov 2026 (a direct chat), "
+        "from 28 Oct 2026 (another room)"
+    ) in text.splitlines()
+    assert "hr-layoffs" not in text and HR_ROOM not in text and ALICE_DM not in text
+    assert "m-1" not in text  # ids mean nothing to a reader
+    assert text.splitlines()[-1].startswith("**Total:**")
+
+
+def test_one_memory_and_none() -> None:
+    assert memories_line(RECALLED[:1], here=HERE) == "🧠 1 memory recalled: from 3 Nov 2026 (this room)"
+    assert memories_line([], here=HERE) == ""
+    assert "recalled" not in account(full_trace(), ALONE)
+
+
+@pytest.mark.parametrize(
+    "room_id,shown",
+    [(HERE, "this room"), (ALICE_DM, "a direct chat"), (HR_ROOM, "another room"), ("", "outside Matrix")],
+)
+def test_where_a_memory_was_written_names_only_the_current_room(room_id: str, shown: str) -> None:
+    assert memory_place(room_id, here=HERE, dm_rooms={ALICE_DM}) == shown

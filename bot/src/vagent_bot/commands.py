@@ -2,7 +2,9 @@
 
 Parsing runs on the text routing already cleaned of prefix, mention and reply fallback.
 An unknown `!word` is not an error: it is returned as None and goes to the agent like any
-other message (it may be a question that happens to start with "!").
+other message (it may be a question that happens to start with "!"). So do the memory
+commands `!remember`, `!memory` and `!forget` (vagent_shared.memory): the graph answers them,
+because it holds the memories and knows who may recall which; `!help` only describes them.
 """
 
 from __future__ import annotations
@@ -50,14 +52,27 @@ here, using its tools (for example to look things up in a database) when needed.
 - **Group room:** mention {agent_name}, reply to one of its messages, or start your message \
 with `{prefix}` (e.g. `{prefix} how many records were added this week?`).
 - **Threads:** in a thread {agent_name} takes part in, every message is for it. Each thread is \
-a separate conversation with its own memory; the main timeline is another one.
+a separate conversation with its own history; the main timeline is another one.
 
 **Commands** (in a group room after the prefix or a mention, e.g. `{prefix} !reset`)
 - `!help`: show this message.
-- `!reset`: forget your conversation here (this thread, or the main timeline) and start over.
+- `!reset`: forget your conversation here (this thread, or the main timeline) and start over. \
+It does **not** forget your memories (see Memory below): `!forget` does.
 - `!stop`: stop the answer {agent_name} is writing for you.
 - `!why`: as a reply to one of {agent_name}'s answers (or react to it with 🔍): how that answer \
 came about (steps, tools, sources, tokens, time), in its thread. Only for the person who asked.
+
+**Memory** (if {agent_name} has it: what it remembers about you, across conversations)
+- `!remember TEXT`: remember this (e.g. `!remember I prefer short answers`). It is recalled \
+only where everyone reading was there when you said it; `!remember --everywhere TEXT` lets \
+it be recalled in any room, so use it only for what anyone may know.
+- `!memory`: list your memories that may be recalled here (in a direct chat: all of them), \
+numbered, with when and where each was written.
+- `!forget N`: forget memory number N of that list; `!forget all`: forget all your memories \
+(asks first).
+
+When {agent_name} remembers something on its own, its answer says so in a line starting with \
+🧠 Remembered, so nothing is remembered silently.
 
 **Confirmations**
 Before doing something that changes data, {agent_name} asks first, for example:

@@ -70,6 +70,13 @@ THREAD_MARK_TTL = 30 * 24 * 3600
 OpenStream = Callable[[], AsyncIterator[SSEEvent]]
 
 
+def readers_unchecked(*, is_dm: bool, enabled: bool) -> bool:
+    """Others read the answer, yet no audience is sent: a group room with AUDIENCE_FILTER=off.
+    The graph then recalls only `--everywhere` memories (docs/memory.md): without the readers
+    it cannot tell who heard what, and a missing audience must not pass for a DM."""
+    return not is_dm and not audience_applies(is_dm=is_dm, enabled=enabled)
+
+
 class Conversations:
     """The bot's side of every conversation; one instance serves all sessions."""
 
@@ -132,6 +139,14 @@ class Conversations:
         if domain is None:
             return None  # no tenant: the access check denies this message, nothing is sent
         return await self.audience.resolve(room_id, bot=self.me, sender=sender, domain=domain)
+
+    async def audience_unchecked(self, room_id: str) -> bool:
+        """`readers_unchecked` for `room_id` (no I/O while AUDIENCE_FILTER is on). A room that
+        cannot be told a DM counts as a group room: fewer memories, never more."""
+        enabled = self.settings.AUDIENCE_FILTER == "on"
+        if enabled:
+            return False
+        return readers_unchecked(is_dm=await rooms.is_dm(self.client, room_id), enabled=enabled)
 
     # ---- where the answer goes -------------------------------------------------------------
     def answer_for(self, msg: IncomingMessage) -> Answer:
@@ -196,6 +211,7 @@ class Conversations:
             },
             ac_context=access.ac,  # type: ignore[arg-type]
             audience=await audience if audience is not None else None,
+            audience_unchecked=await self.audience_unchecked(msg.room_id),
             attachments=turn.attachments,
         )
         await self.converse(sid, answer, lambda: self.graph.process_message(req), msg.server_ts / 1000)

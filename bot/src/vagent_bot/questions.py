@@ -85,6 +85,8 @@ class Turns(Protocol):
 
     async def resolve_audience(self, room_id: str, sender: str) -> Audience | None: ...
 
+    async def audience_unchecked(self, room_id: str) -> bool: ...
+
     def new_answer(self, room_id: str, thread_root: str | None, reply_to: str | None) -> Answer: ...
 
     async def converse(
@@ -219,6 +221,7 @@ class Questions:
                 interrupt_id=pending.interrupt_id,
                 ac_context=access.ac,
                 audience=audience,
+                audience_unchecked=await self.turns.audience_unchecked(room_id),
             )
             target = self.turns.new_answer(room_id, pending.thread_root, reply_to or pending.reply_to)
             await self.turns.converse(

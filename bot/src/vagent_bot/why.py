@@ -9,18 +9,31 @@ the account is read by everyone in the room NOW (a DM may have gained a member s
 turn, a newcomer may have joined a group room), so it names only what they all may read
 (each item's `scope`, `vagent_shared.readers`); the rest is counted, never named. Tool
 arguments are never shown: the account says what happened, not with what.
+
+Memories the turn recalled (docs/memory.md) are listed by date and place only, never by text
+(the trace holds no text): the current room is "this room", any other "a direct chat" or
+"another room", never by name, since the room's readers need not know the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 from vagent_bot.commands import parse_command
 from vagent_shared.readers import ResultScope
-from vagent_shared.traces import LlmCallTrace, SourceTrace, ToolCallTrace, ToolOutcome, TurnOutcome, TurnTrace
+from vagent_shared.session import SessionId
+from vagent_shared.traces import (
+    LlmCallTrace,
+    MemoryTrace,
+    SourceTrace,
+    ToolCallTrace,
+    ToolOutcome,
+    TurnOutcome,
+    TurnTrace,
+)
 
 #: 🔍 and 🔎; clients may add the emoji presentation selector (U+FE0F).
 WHY_KEYS: Final = frozenset({"\U0001f50d", "\U0001f50e"})
@@ -166,10 +179,47 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def account(trace: TurnTrace, may_read: MayRead) -> str:
+def day(at: datetime) -> str:
+    """`3 Nov 2026` (UTC): when a memory was written, without the time of day."""
+    return f"{at.day} {at:%b %Y}"
+
+
+def memory_place(room_id: str, *, here: str, dm_rooms: Collection[str]) -> str:
+    """Where a memory was written, as the readers of `here` may be told: only the room they
+    are in is named as such; any other is "a direct chat" or "another room" (never its name
+    or id), and one written outside any room (an operator's tool) is "outside Matrix"."""
+    if not room_id:
+        return "outside Matrix"
+    if room_id == here:
+        return "this room"
+    return "a direct chat" if room_id in dm_rooms else "another room"
+
+
+def memories_line(memories: list[MemoryTrace], *, here: str, dm_rooms: Collection[str] = ()) -> str:
+    """`🧠 2 memories recalled: from 3 Nov 2026 (this room), from 1 Nov 2026 (a direct chat)`
+    ("" when none): which of the asker's memories the model was given, by date and place."""
+    if not memories:
+        return ""
+    places = [
+        f"from {day(m.created_at)} ({memory_place(m.room_id, here=here, dm_rooms=dm_rooms)})"
+        for m in memories
+    ]
+    count = "1 memory" if len(memories) == 1 else f"{len(memories)} memories"
+    return f"🧠 {count} recalled: {', '.join(places)}"
+
+
+def memory_rooms(trace: TurnTrace) -> set[str]:
+    """The other rooms the turn's memories were written in: those `account` must be told the
+    kind of (a direct chat or not), asked of the homeserver by the caller."""
+    here = SessionId.parse(trace.session_id).room_id
+    return {m.room_id for m in trace.memories if m.room_id and m.room_id != here}
+
+
+def account(trace: TurnTrace, may_read: MayRead, *, dm_rooms: Collection[str] = ()) -> str:
     """The compact Markdown account of one turn for its asker. `may_read`: whether everyone
     reading the room NOW may read what an item was derived from (`Readership.may_read` of the
-    readers at the time of asking); what they may not is counted, never named."""
+    readers at the time of asking); what they may not is counted, never named. `dm_rooms`:
+    which of `memory_rooms(trace)` are direct chats."""
     tools = [t for t in trace.tool_calls if may_read(judged_scope(t, trace.user_id))]
     sources = [s for s in trace.sources if may_read(judged_scope(s, trace.user_id))]
     hidden_tools = len(trace.tool_calls) - len(tools)
@@ -198,6 +248,9 @@ def account(trace: TurnTrace, may_read: MayRead) -> str:
         for s in sources:
             title = f"{s.title} (`{s.id}`)" if s.title else f"`{s.id}`"
             lines.append(f"- {'📄' if s.kind == 'document' else '🗂️' if s.kind == 'entity' else '📎'} {title}")
+    if trace.memories:
+        here = SessionId.parse(trace.session_id).room_id
+        lines += ["", memories_line(trace.memories, here=here, dm_rooms=dm_rooms)]
     if hidden_tools or hidden_sources:
         hidden = [_plural(n, word) for n, word in ((hidden_tools, "step"), (hidden_sources, "source")) if n]
         lines += ["", f"🔒 Withheld here: {' and '.join(hidden)} not everyone in this room may see."]

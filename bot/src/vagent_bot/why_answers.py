@@ -34,6 +34,7 @@ from vagent_bot.why import (
     account,
     expired_notice,
     is_why_reaction,
+    memory_rooms,
     unscoped_only,
 )
 from vagent_shared.access import AcContext
@@ -116,7 +117,9 @@ class WhyAnswers:
         if trace is None:
             text = IN_PROGRESS_NOTICE if turn_id else expired_notice(store.ttl_seconds)
         else:
-            text = account(trace, await self._readers_now(room_id, granted.ac))
+            text = account(
+                trace, await self._readers_now(room_id, granted.ac), dm_rooms=await self._dm_rooms(trace)
+            )
         if answered is None and msg is not None:
             target = self.conv.answer_for(msg)  # the latest turn: right where the user asked
         else:
@@ -167,6 +170,11 @@ class WhyAnswers:
         if not isinstance(replied, str):
             return False, None
         return await rooms.sender_of(self.conv.client, room_id, replied) == sender, thread_root
+
+    async def _dm_rooms(self, trace: TurnTrace) -> set[str]:
+        """Which other rooms the turn's memories come from are direct chats (a room the bot
+        is no longer in counts as "another room")."""
+        return {r for r in memory_rooms(trace) if await rooms.is_dm(self.conv.client, r)}
 
     async def _readers_now(self, room_id: str, ac: AcContext) -> MayRead:
         """What everyone in the room now may read: its members listed afresh (the sync's may

@@ -10,11 +10,17 @@ only what is new. `render_markdown(text, final=False)` of a longer text therefor
 with the rendering of a shorter one: markers are toggles decided by what came before, and the
 few characters whose meaning the next character decides (a lone trailing `*`, a line that so
 far is only `#`, `-` or a backtick) are held back until it comes or the answer is final.
+
+A "🧠 Remembered: …" line (vagent_shared.memory.REMEMBERED) is shown exactly as written, in a
+terminal and through a pipe: it shows what the agent stored, so a planted "remember that
+**…**" must be seen with its markers, not turned into bold.
 """
 
 from __future__ import annotations
 
 import re
+
+from vagent_shared.memory import REMEMBERED, remembered_text
 
 BOLD, NOT_BOLD = "\033[1m", "\033[22m"
 BULLET = "• "
@@ -39,9 +45,17 @@ def render_markdown(text: str, *, tty: bool, final: bool = True) -> str:
             out.append(line)
         elif in_fence:
             out.append(line)
+        elif line.startswith(REMEMBERED):  # escaped for Matrix's Markdown: shown as stored
+            out.append(REMEMBERED + remembered_text(line if complete else _held_escape(line)))
         else:
             out.append(_render_line(line, tty=tty, complete=complete))
     return "\n".join(out)
+
+
+def _held_escape(line: str) -> str:
+    """A 🧠 line still being written, without a trailing `\\` whose escaped character is to come."""
+    trailing = len(line) - len(line.rstrip("\\"))
+    return line[:-1] if trailing % 2 else line
 
 
 def _decided_part(line: str) -> str:

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.tools import Tool, ToolRegistry
 from vagent_shared.access import AcContext, tool
+from vagent_shared.memory import REMEMBER_TOOL
 
 
 def enabled(agent: AgentDescriptor, t: Tool) -> bool:
-    """The agent uses a built-in tool it names in `tools:`, and every tool of an MCP server
-    it lists in `mcp_servers:`."""
+    """The agent uses a built-in tool it names in `tools:` (`remember` only while its
+    `memory:` is enabled), and every tool of an MCP server it lists in `mcp_servers:`."""
     if t.server is None:
-        return t.name in agent.tools
+        return t.name in agent.tools and (t.name != REMEMBER_TOOL or agent.memory.enabled)
     return t.server in agent.mcp_server_names
 
 
@@ -32,7 +33,7 @@ def visible_tools(registry: ToolRegistry, agent: AgentDescriptor, ac: AcContext)
     out: list[Tool] = []
     for name in agent.tools:
         t = registry.get(name)
-        if t is not None and t.server is None and granted(ac, t):
+        if t is not None and t.server is None and enabled(agent, t) and granted(ac, t):
             out.append(t)
     out += [t for t in registry if t.server is not None and enabled(agent, t) and granted(ac, t)]
     return out

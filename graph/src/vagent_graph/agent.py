@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from vagent_graph.mcp.config import McpServerConfig, load_servers
+from vagent_shared.memory import MemoryPolicy
 
 DEFAULT_DESCRIPTOR = "vagent.yaml"
 
@@ -46,6 +47,8 @@ class AgentDescriptor(BaseModel):
     history: HistoryPolicy = Field(default_factory=HistoryPolicy)
     #: MCP servers whose tools the agent uses (mcp/config.py); `tools:` names built-ins only.
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
+    #: Memory that follows the person (docs/memory.md); off unless enabled here.
+    memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
 
     @property
     def mcp_server_names(self) -> frozenset[str]:

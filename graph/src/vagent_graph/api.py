@@ -22,6 +22,8 @@ from vagent_graph.end_of_run import end_of_run
 from vagent_graph.event_stream import Intake, Reply, Run, durability_for
 from vagent_graph.hitl import CANCEL_RESUME
 from vagent_graph.intake import read_turn
+from vagent_graph.memory.commands import answer as answer_memory_command
+from vagent_graph.memory.memories import Memories
 from vagent_graph.middleware import API_PREFIX
 from vagent_graph.resources import Resources
 from vagent_graph.session_lock import SessionBusy, SessionLock
@@ -32,6 +34,7 @@ from vagent_shared.access import AcContext
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.http_errors import api_error
 from vagent_shared.knowledge import Audience
+from vagent_shared.memory import Forget, MemoryCommand, parse_memory_command
 from vagent_shared.secrets import looks_like_secret
 from vagent_shared.traces import TurnTrace
 from vagent_shared.wire import (
@@ -274,17 +277,43 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
         await close_stale_question(resources, sid)
 
     files = [a.name for a in body.attachments]
-    turn = TurnRecorder(new_trace(sid, body.ac_context, body.audience, body.message, files))
+    command = parse_memory_command(body.message) if not body.attachments else None
+    # A memory command's trace names the command, never the text of a memory.
+    asked = body.message if command is None else "!" + body.message.strip()[1:].split(maxsplit=1)[0]
+    turn = TurnRecorder(new_trace(sid, body.ac_context, body.audience, asked, files))
+    intake: Intake | None = None
+    if body.attachments:
+        intake = _files_reader(body, resources, turn)
+    elif command is not None and command != Forget(None):  # `!forget all` asks first: the workflow
+        intake = _memory_command(body, resources, command)
     run = Run(
         resources.graph,
         new_turn_input(body.message, body.ac_context, turn.trace.turn_id),
-        run_config(sid, body.audience, turn),
+        run_config(sid, body.audience, turn, audience_unchecked=body.audience_unchecked),
         resources.settings.RUN_TIMEOUT_SECONDS,
         prelude=close_stale if lock.question_may_be_pending else None,
         pacing=resources.pacing,
-        intake=_files_reader(body, resources, turn) if body.attachments else None,
+        intake=intake,
     )
     return sse(resources, "process_message", sid, lock, run)
+
+
+def _memory_command(body: ProcessMessageRequest, resources: Resources, command: MemoryCommand) -> Intake:
+    """`!remember`, `!memory`, `!forget N`: answered without the model, nothing saved."""
+
+    async def read(emit: Callable[[SSEEvent], None]) -> HumanMessage | Reply:
+        memories = resources.services.find(Memories)
+        text = await answer_memory_command(
+            command,
+            memories,
+            body.ac_context,
+            body.session_id,
+            body.audience,
+            unchecked=body.audience_unchecked,
+        )
+        return Reply(text)
+
+    return read
 
 
 def _files_reader(body: ProcessMessageRequest, resources: Resources, turn: TurnRecorder) -> Intake:
@@ -340,7 +369,7 @@ async def submit_feedback(body: FeedbackRequest, request: Request, resources: Re
         update["ac_context"] = body.ac_context.to_wire()
     command: Command[Any] = Command(resume=body.response, update=update or None)
     turn = await resumed_turn(resources, state.values, body.session_id, body.ac_context, body.audience)
-    cfg = run_config(body.session_id, body.audience, turn)
+    cfg = run_config(body.session_id, body.audience, turn, audience_unchecked=body.audience_unchecked)
 
     timeout = resources.settings.RUN_TIMEOUT_SECONDS
     run = Run(resources.graph, command, cfg, timeout, pacing=resources.pacing)

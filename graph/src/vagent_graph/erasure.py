@@ -15,6 +15,9 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
   - their turn traces (docs/traces.md): every turn in `trace:user:{user}` or in the
     `trace:session:{sid}` of one of their sessions (`trace:turn:{id}`), those index sets, the
     bot's `trace:event:{event}` pointers to those turns, and the turns' entries in `trace:all`;
+  - their memories (docs/memory.md), in every tenant: the memory store's documents
+    `vagent_memory:{id}` and their embeddings `vagent_memory_vectors:{id}` whose namespace is
+    theirs (`memory.{memory_label(user)}.{tenant}`: the document's own `prefix` field says so);
   - so every file they sent: the bot gives a file only to a turn of the person who sent it
     (vagent_bot.file_owner), and the graph keeps it nowhere but in that session's checkpoint
     (its text, its facts) and names it nowhere but in that turn's trace, both erased above;
@@ -93,7 +96,15 @@ KINDS: tuple[str, ...] = (
     "trace_session",
     "trace_user",
     "trace_event",
+    "memories",
+    "memory_vectors",
 )
+#: The memory store's key prefixes, by kind (`{prefix}:{id}`, JSON documents with a `prefix`
+#: field: the namespace they belong to).
+MEMORY_KINDS: dict[str, str] = {
+    "memories": redis_keys.MEMORY_STORE_PREFIX,
+    "memory_vectors": redis_keys.MEMORY_VECTOR_PREFIX,
+}
 
 # A Matrix user id: `@localpart:server`. The localpart may be any printable ASCII but ':'
 # (historical ids), minus '@' and '|' (the session id and credential-cache key formats rely on
@@ -220,6 +231,33 @@ def their_session_keys(candidates: Iterable[bytes], prefix: str, user_id: str) -
     return [k for k in candidates if owns_session_key(key_name(k), prefix, user_id)]
 
 
+def namespace_of(json_get_reply: object) -> tuple[str, ...] | None:
+    """The namespace in a `JSON.GET key $.prefix` reply of the memory store (None: not such a
+    document). The store keeps it as RediSearch text: its labels joined by '.', punctuation
+    escaped with a backslash."""
+    if not isinstance(json_get_reply, bytes | str):
+        return None
+    try:
+        found = json.loads(json_get_reply)
+    except ValueError:
+        return None
+    if not (isinstance(found, list) and found and isinstance(found[0], str)):
+        return None
+    return tuple(re.sub(r"\\(.)", r"\1", found[0]).split("."))
+
+
+def their_memory_keys(candidates: Sequence[bytes], replies: Sequence[object], user_id: str) -> list[bytes]:
+    """The memory store's keys (with their `$.prefix` replies) in one of the user's
+    namespaces: `memory.{memory_label(user)}...`, any tenant."""
+    label = redis_keys.memory_label(user_id)
+    theirs = []
+    for key, reply in zip(candidates, replies, strict=True):
+        ns = namespace_of(reply)
+        if ns is not None and len(ns) >= 2 and ns[:2] == (redis_keys.MEMORY_NAMESPACE, label):
+            theirs.append(key)
+    return theirs
+
+
 def their_question_pointers(pointers: Iterable[tuple[bytes, object]], user_id: str) -> list[bytes]:
     """`hitl_question:{event}` keys (with their GET replies) that point at one of their sessions."""
     return [
@@ -304,6 +342,16 @@ def _thread_ids(redis: Redis, keys: Sequence[bytes]) -> list[str | None]:
     return out
 
 
+def _json_paths(redis: Redis, keys: Sequence[bytes], path: str) -> list[object]:
+    out: list[object] = []
+    for part in _batches(keys):
+        pipe = redis.pipeline(transaction=False)
+        for key in part:
+            pipe.execute_command("JSON.GET", key, path)  # type: ignore[no-untyped-call]
+        out += pipe.execute(raise_on_error=False)
+    return out
+
+
 def _values(redis: Redis, keys: Sequence[bytes]) -> Iterator[tuple[bytes, object]]:
     for part in _batches(keys):
         pipe = redis.pipeline(transaction=False)
@@ -335,6 +383,9 @@ def plan(redis: Redis, user_id: str, stream: str, audit: bool) -> Plan:
     )
     p.usage_fields = _usage_fields(redis, user_id)
     _plan_traces(redis, p)
+    for kind, prefix in MEMORY_KINDS.items():
+        candidates = _scan(redis, redis_keys.glob_escape(prefix + ":") + "*")
+        p.keys[kind] = their_memory_keys(candidates, _json_paths(redis, candidates, "$.prefix"), user_id)
     p.unknown = unknown_keys(_scan(redis, redis_keys.mentioning_pattern(user_id)), p, stream)
     if audit:
         reader = StreamReader(redis, stream)

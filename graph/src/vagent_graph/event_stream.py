@@ -78,6 +78,10 @@ class Reply:
     keep: list[BaseMessage] = field(default_factory=list)
 
 
+#: The nodes whose AIMessage without tool calls is the turn's answer (workflow.py).
+ANSWERING_NODES = frozenset({"agent", "forget_all"})
+
+
 @dataclass
 class EventMapper:
     """LangGraph stream items -> SSE events. Pure; remembers what the final event needs.
@@ -117,7 +121,7 @@ class EventMapper:
             for node, update in payload.items():
                 if node == "__interrupt__":
                     self._take_interrupt(update)
-                elif node == "agent" and isinstance(update, dict):
+                elif node in ANSWERING_NODES and isinstance(update, dict):
                     for m in update.get("messages", []):
                         if isinstance(m, AIMessage) and not m.tool_calls:
                             # The answer is complete: send it now, not after the final

@@ -81,3 +81,13 @@ ATTACHMENT_SECONDS = Histogram(
     "Reading one file (its own process)",
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
+MEMORY_OPS = Counter(
+    "vagent_graph_memory_ops_total",
+    "Memory writes (ok, refused) and deletions (by why: forget, forget_all, max_per_user)",
+    ["op", "outcome"],
+)
+MEMORY_RECALL_SECONDS = Histogram(
+    "vagent_graph_memory_recall_seconds",
+    "Finding the memories a turn may recall (search and the recall rules)",
+    buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1),
+)

@@ -28,6 +28,7 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     HumanMessage,
+    SystemMessage,
     ToolMessage,
 )
 from langchain_core.messages.tool import tool_call_chunk
@@ -39,7 +40,9 @@ from vagent_graph.attachments import shown_texts
 from vagent_graph.event_stream import text_of
 from vagent_graph.file_messages import files_of, turn_file_messages
 from vagent_graph.knowledge.retrieval import query_terms
+from vagent_graph.memory.recall import SECTION_HEADER
 from vagent_graph.result_rendering import period_in, render_result
+from vagent_shared.memory import MEMORY_MAX_CHARS, REMEMBER_TOOL, REMEMBERED
 
 OFFLINE_MODEL_NAME = "vagent-offline"
 PREFIX = "(offline model) "
@@ -77,6 +80,10 @@ _BOOK = re.compile(
     r"(?:\s+for\s+(?P<minutes>\d{1,3})\s*min(?:utes)?)?[\s.!]*$",
     re.I,
 )
+#: "remember that I prefer short answers": one memory (the `remember` tool, if offered).
+_REMEMBER = re.compile(r"^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(?P<text>\S.*)$", re.I | re.S)
+#: "what do you remember about me?": the memories recalled into its system prompt.
+_RECALL = re.compile(r"\bwhat do you (?:remember|know) about me\b", re.I)
 _HELP = re.compile(r"\b(help|what can you do|who are you|what are you)\b", re.I)
 _CONNECTED = re.compile(
     r"^\s*how (?:is|are) (?P<name>.+?) (?:connected|related|linked) to .+?[\s?.!]*$", re.I
@@ -162,6 +169,9 @@ def after_tool(
     question = question_of(messages)
     if name == "search_documents":
         return AIMessage(content=PREFIX + quote_passages(content, question))
+    if name == REMEMBER_TOOL:  # the answer shows the 🧠 line itself (workflow.py)
+        done = content.startswith(REMEMBERED)
+        return AIMessage(content=PREFIX + ("I'll remember that." if done else content))
     if name == "ask_user" and _asked_with(messages, last.tool_call_id).get("question") == DELETE_WHEN:
         answer = content.removeprefix("The user answered:").strip()
         if m := _YEAR.search(answer):
@@ -200,6 +210,10 @@ def plan_reply(
     def call(name: str, args: dict[str, Any]) -> AIMessage:
         return _call(name, args, offered)
 
+    if (m := _REMEMBER.match(text)) and REMEMBER_TOOL in offered:
+        return call(REMEMBER_TOOL, {"text": m.group("text").strip()[:MEMORY_MAX_CHARS]})
+    if _RECALL.search(text):
+        return AIMessage(content=PREFIX + recalled_notes(messages))
     if m := _DELETE.search(text):
         return call("delete_records", {"older_than": _iso(m.group(3))})
     if _DELETE_UNDATED.search(text):
@@ -244,6 +258,16 @@ def plan_reply(
     if _QUESTION.search(text) and "search_documents" in offered:
         return call("search_documents", {"query": text.strip()[:500]})
     return AIMessage(content=PREFIX + _help(offered))
+
+
+def recalled_notes(messages: Sequence[BaseMessage]) -> str:
+    """What the system prompt's memory section holds (memory/recall.py), as a list."""
+    system = next((text_of(m) for m in messages if isinstance(m, SystemMessage)), "")
+    _, found, notes = system.partition(SECTION_HEADER)
+    lines = [line for line in notes.splitlines() if line.startswith("- ")]
+    if not found or not lines:
+        return "I don't remember anything about you that I may use here."
+    return "I remember (from earlier conversations):\n" + "\n".join(lines)
 
 
 def about_files(held: Sequence[BaseMessage], question: str = "") -> str:
@@ -442,6 +466,8 @@ def _help(offered: set[str]) -> str:
         "delete_records": '- delete old records, after you confirm: "delete records older than 2020" '
         '(or "delete old records", and I ask which year)',
         "ask_user": '- ask you a clarifying question: "which database?"',
+        REMEMBER_TOOL: '- remember something for later conversations: "remember that I prefer short '
+        'answers", then "what do you remember about me?"',
         "search_documents": '- search the documents you may read: "what is the travel policy?"',
         "lookup_entities": '- look up people, teams and projects: "who is Ana Costa?"',
         "list_my_tickets": '- show your tickets in the ticket service: "what are my open tickets?"',

@@ -26,6 +26,8 @@ from vagent_graph.knowledge.embeddings import Embedder, make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import McpServers
+from vagent_graph.memory.memories import Memories
+from vagent_graph.memory.store import MemoryStore
 from vagent_graph.outbox import Pacing
 from vagent_graph.services import Services
 from vagent_graph.services.credentials import CredentialRegistry
@@ -36,6 +38,7 @@ from vagent_graph.usage import Usage
 from vagent_graph.workflow import Deps, build_graph
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.memory import MemoryPolicy
 from vagent_shared.settings import GraphSettings
 
 
@@ -95,11 +98,13 @@ async def open_resources(
         trail = audit_trail.from_settings(
             settings, "graph", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
         )
+        embedder = embedder or make_embedder(settings)
+        memories = await open_memories(redis, embedder, agent.memory, trail)
         services = Services(
             RecordsDb(settings.RECORDS_DB_PATH),
             DocumentStore(
                 redis,
-                embedder or make_embedder(settings),
+                embedder,
                 settings.DOCS_INDEX,
                 settings.DOCS_VECTOR_ALGORITHM,
                 settings.SEARCH_TOP_K,
@@ -107,6 +112,7 @@ async def open_resources(
             EntityStore(entities, settings.ENTITY_GRAPH),
             trail,
             *external_clients(settings, redis),
+            *([memories] if memories is not None else []),
         )
         trail.start()
         deps = Deps(
@@ -123,6 +129,7 @@ async def open_resources(
             vision=settings.LLM_VISION,
             # A hold lapses with the run's timeout: no LLM call outlives its run.
             usage=Usage(redis, Budgets(settings.BUDGETS_FILE), settings.RUN_TIMEOUT_SECONDS),
+            memories=memories,
         )
         if agent.mcp_servers:
             mcp = McpServers(
@@ -138,6 +145,18 @@ async def open_resources(
         if entities is not None:
             await entities.aclose()
         await redis.aclose()
+
+
+async def open_memories(
+    redis: Redis, embedder: Embedder, policy: MemoryPolicy, trail: AuditTrail
+) -> Memories | None:
+    """The memory service when the agent enables memory (its indexes created); None keeps
+    memory off entirely: no tool, no recall, no Redis read."""
+    if not policy.enabled:
+        return None
+    store = MemoryStore(redis, embedder)
+    await store.setup()
+    return Memories(store, policy, Services(trail))
 
 
 def external_clients(settings: GraphSettings, redis: Redis) -> list[object]:

@@ -24,8 +24,10 @@ from opentelemetry import trace as otel_trace
 from vagent_shared.access import AcContext
 from vagent_shared.events import ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.knowledge import Audience
+from vagent_shared.memory import Memory
 from vagent_shared.traces import (
     LlmCallTrace,
+    MemoryTrace,
     SourceTrace,
     ToolCallTrace,
     TurnOutcome,
@@ -101,6 +103,13 @@ class TurnRecorder:
         """A document/entity/file the turn used; each once (the first record wins)."""
         if not any(s.kind == source.kind and s.id == source.id for s in self.trace.sources):
             self.trace.sources.append(source)
+
+    def recalled(self, memories: Sequence[Memory]) -> None:
+        """The memories given to the model (ids, dates, rooms: never their text); each once."""
+        known = {m.id for m in self.trace.memories}
+        for m in memories:
+            if m.id not in known:
+                self.trace.memories.append(MemoryTrace(id=m.id, created_at=m.created_at, room_id=m.room_id))
 
     def force(self, outcome: TurnOutcome, reason: str = "") -> None:
         """The turn ends as `outcome` whatever the stream shows (e.g. `over_budget`: the

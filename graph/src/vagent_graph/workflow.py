@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
+import structlog
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -31,13 +32,26 @@ from vagent_graph.citations import turn_sources, with_files, with_sources
 from vagent_graph.event_stream import text_of
 from vagent_graph.file_messages import turn_files
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm, without_images
+from vagent_graph.hitl import ask_human
+from vagent_graph.memory.commands import MEMORY_OFF
+from vagent_graph.memory.memories import Memories
+from vagent_graph.memory.recall import CONFIG_KEY as MEMORY_KEY
+from vagent_graph.memory.recall import (
+    MemoryRun,
+    memory_run_of,
+    question_of,
+    remembered_lines,
+    with_memories,
+    with_remembered,
+)
+from vagent_graph.memory.rules import union_scope
 from vagent_graph.reasoning import without_reasoning
-from vagent_graph.scope import Readership, visible_history
+from vagent_graph.scope import WITHHELD, Readership, ResultScope, scope_of, visible_history
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
 from vagent_graph.telemetry_spans import llm_span, tool_span, tool_step
 from vagent_graph.tool_calls import Confirm, PersonalResults, ToolCalls, pending_calls
-from vagent_graph.tools import Tool, ToolContext, ToolRegistry
+from vagent_graph.tools import Question, Tool, ToolContext, ToolRegistry
 from vagent_graph.turns import CONFIG_KEY as TURN_KEY
 from vagent_graph.turns import TurnRecorder, turn_of
 from vagent_graph.usage import (
@@ -51,8 +65,12 @@ from vagent_graph.usage import (
     refusal_message,
 )
 from vagent_shared.access import AcContext
+from vagent_shared.hitl import YES, YES_NO
 from vagent_shared.knowledge import Audience
+from vagent_shared.memory import Forget, Memory, parse_memory_command
 from vagent_shared.traces import SourceTrace
+
+log = structlog.get_logger(__name__)
 
 
 class AgentState(TypedDict, total=False):
@@ -91,6 +109,8 @@ class Deps:
     vision: bool = False
     #: Token usage and budgets (usage.py; None: nothing counted, no limits).
     usage: Usage | None = None
+    #: Memory that follows the person (memory/; None: the agent does not enable it).
+    memories: Memories | None = None
 
 
 class Workflow:
@@ -123,10 +143,14 @@ class Workflow:
         ac = AcContext.model_validate(state.get("ac_context") or {})
         # What the readers of THIS answer may read: results of earlier turns (or of this one,
         # before a pause) retrieved for other readers are withheld (scope.py).
-        messages = visible_history(state.get("messages", []), Readership(ac, audience_of(config)).may_read)
+        readership = Readership(ac, audience_of(config))
+        messages = visible_history(state.get("messages", []), readership.may_read)
+        # What the asker's memory holds that everyone reading now heard (memory/rules.py).
+        recalled = await self._recall(readership, messages, config)
         # The system prompt and the history's window: what the call is held for and then sent.
         window = window_for_llm(messages, agent.history.max_context_tokens)
-        prompt: list[AnyMessage] = [SystemMessage(content=agent.system_prompt), *window]
+        system = with_memories(agent.system_prompt, recalled)
+        prompt: list[AnyMessage] = [SystemMessage(content=system), *window]
         # The tools it is offered: their schemas are sent with it, so held for and charged too.
         tools = visible_tools(self.deps.registry, agent, ac)
         sent = prompt_tokens(prompt, [t.openai_schema() for t in tools]) if self.deps.usage else 0
@@ -151,11 +175,40 @@ class Workflow:
                 turn.source(SourceTrace(kind="file", id=str(f["name"]), title=str(f["name"])))
         if documents:  # ... and the user's own files it was given
             ai = ai.model_copy(update={"content": with_files(text_of(ai), documents)})
+        remembered = remembered_lines(messages)
+        if remembered:  # nothing is remembered silently: the exact text, in the answer
+            ai = ai.model_copy(update={"content": with_remembered(text_of(ai), remembered)})
         notice = await self.deps.usage.notice(hold) if self.deps.usage and hold else None
         if notice:  # 80% of the user's day, told once that day
             ai = ai.model_copy(update={"content": f"{text_of(ai)}\n\n{notice}"})
         removals = removals_to_bound([*state.get("messages", []), ai], agent.history.max_messages)
         return {"messages": [ai, *removals], "llm_calls": calls + 1}
+
+    # ---- memory (memory/, docs/memory.md) -----------------------------------------------
+    async def _recall(
+        self, readership: Readership, messages: list[AnyMessage], config: RunnableConfig
+    ) -> list[Memory]:
+        """The memories this conversation may recall, once per run; none when memory is off
+        or the store fails (the turn goes on without them)."""
+        memories = self.deps.memories
+        run = memory_run_of(config)
+        if memories is None or not memories.policy.recall_k:
+            return []
+        if run.recalled is not None:
+            return run.recalled
+        try:
+            found = await memories.recall(
+                readership, session_of(config), question_of(messages), unchecked=run.unchecked
+            )
+        except Exception as exc:  # the type only: a message could quote a memory
+            log.warning("memory_recall_failed", error_type=type(exc).__name__)
+            run.recalled = []
+            return []
+        run.recalled = found.memories
+        turn = turn_of(config)
+        if turn is not None:
+            turn.recalled(found.memories)
+        return found.memories
 
     # ---- budgets (usage.py, docs/budgets.md) ---------------------------------------------
     async def _reserve(
@@ -280,12 +333,15 @@ class Workflow:
             return {}
         ac = AcContext.model_validate(state.get("ac_context") or {})
         audience = audience_of(config)
+        visible = visible_history(messages, Readership(ac, audience).may_read)
         ctx = ToolContext(
             ac=ac,
             session_id=session_of(config),
             services=self.deps.services,
             audience=audience,
-            sources=turn_sources(visible_history(messages, Readership(ac, audience).may_read)),
+            sources=turn_sources(visible),
+            seen=seen_scope(visible, ac.active_acl_domain),
+            audience_unchecked=memory_run_of(config).unchecked,
         )
         with tool_span(pending[0], self.deps.registry) as span:
             step = await self.calls.execute(pending[0], ctx, state.get("action"))
@@ -301,7 +357,37 @@ class Workflow:
             return {"messages": [result, *rest], "stopped": True, "action": None}
         return {"messages": [result], "action": None}
 
+    # ---- `!forget all` (memory/commands.py: the other memory commands need no yes) --------
+    async def forget_all(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+        """All of the asker's memories deleted, after a yes (asked with the count found now;
+        re-run from the top on resume, so nothing before the question changes anything)."""
+        ac = AcContext.model_validate(state.get("ac_context") or {})
+        memories = self.deps.memories
+        if memories is None:
+            return {"messages": [AIMessage(content=MEMORY_OFF)]}
+        count = len(await memories.store.all_of(ac.user_id, ac.active_acl_domain))
+        if not count:
+            return {"messages": [AIMessage(content="You have no memories to forget.")]}
+        one = "your 1 memory" if count == 1 else f"all {count} of your memories"
+        question = Question(text=f"Forget {one}, in every room? This cannot be undone.", options=list(YES_NO))
+        answer = ask_human(question, self.deps.agent.hitl.timeout_seconds)
+        if answer is None:
+            return {"messages": [AIMessage(content="No answer in time: nothing was forgotten.")]}
+        if answer != YES:
+            return {"messages": [AIMessage(content="You said no; nothing was forgotten.")]}
+        done = await memories.forget_all(ac, session_of(config))
+        return {"messages": [AIMessage(content=f"Forgot {done} memor{'y' if done == 1 else 'ies'}.")]}
+
     # ---- the routes (async: LangGraph runs a plain function in a worker thread) ----------
+    @staticmethod
+    async def at_start(state: AgentState) -> str:
+        """`!forget all` goes to its question; everything else to the model."""
+        last = state["messages"][-1] if state.get("messages") else None
+        if isinstance(last, HumanMessage) and isinstance(last.content, str):
+            if parse_memory_command(last.content) == Forget(None):
+                return "forget_all"
+        return "agent"
+
     @staticmethod
     async def after_agent(state: AgentState) -> str:
         last = state["messages"][-1] if state.get("messages") else None
@@ -325,7 +411,9 @@ def build_graph(deps: Deps, checkpointer: BaseCheckpointSaver[Any] | None) -> Co
     g = StateGraph(AgentState)
     g.add_node("agent", wf.agent)
     g.add_node("tools", wf.tools)
-    g.add_edge(START, "agent")
+    g.add_node("forget_all", wf.forget_all)
+    g.add_conditional_edges(START, wf.at_start, ["agent", "forget_all"])
+    g.add_edge("forget_all", END)
     g.add_conditional_edges("agent", wf.after_agent, ["tools", END])
     g.add_conditional_edges("tools", wf.after_tools, ["tools", "agent", END])
     return g.compile(checkpointer=checkpointer)
@@ -344,15 +432,31 @@ def new_turn_input(message: str, ac: AcContext, turn_id: str = "") -> dict[str, 
     }
 
 
+def seen_scope(visible: list[AnyMessage], domain: str) -> ResultScope:
+    """What the model has seen in this conversation: the union of the scopes of the tool
+    results it may still see (a withheld one it does not see)."""
+    return union_scope(
+        (scope_of(m) for m in visible if isinstance(m, ToolMessage) and m.content != WITHHELD), domain
+    )
+
+
 def run_config(
-    session_id: str, audience: Audience | None = None, turn: TurnRecorder | None = None
+    session_id: str,
+    audience: Audience | None = None,
+    turn: TurnRecorder | None = None,
+    *,
+    audience_unchecked: bool = False,
 ) -> RunnableConfig:
     """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
     turn (turns.py), and a bound on the steps of one run. The audience and the recorder travel
     in the config, not the state, so no checkpoint keeps other people's ids or roles (the
     audience is sent again with every request, answers too) and no checkpoint holds a trace
     (LangGraph copies only plain str/number config values into a checkpoint's metadata)."""
-    configurable: dict[str, Any] = {"thread_id": session_id, "audience": audience}
+    configurable: dict[str, Any] = {
+        "thread_id": session_id,
+        "audience": audience,
+        MEMORY_KEY: MemoryRun(unchecked=audience_unchecked),
+    }
     if turn is not None:
         configurable[TURN_KEY] = turn
     return {"configurable": configurable, "recursion_limit": 100}

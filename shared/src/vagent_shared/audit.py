@@ -28,6 +28,10 @@ AuditEventType = Literal[
     "access_denied",  # either: a security refusal (forged token, a tool never offered, ...)
     "user_forgotten",  # vagent admin forget: a user's data was erased
     "budget_exceeded",  # graph: a turn refused or stopped because the token budget is spent
+    "memory_written",  # graph: a memory stored (its id, never its text)
+    "memory_recalled",  # graph: memories given to the model (ids and count)
+    "memory_withheld",  # graph: memories not recalled here (count and reason)
+    "memory_deleted",  # graph / vagent memory: memories deleted (ids or count, and why)
 ]
 Decision = Literal["allowed", "denied", "error", "approved", "declined", "answered", "expired", "done"]
 #: The one field of a stream entry: the event as JSON.

@@ -217,3 +217,26 @@ def hitl_question_pattern() -> str:
 def mentioning_pattern(user_id: str) -> str:
     """Any key whose name contains the user id (also other users' ids that extend it)."""
     return f"*{glob_escape(user_id)}*"
+
+
+# ---- memory (docs/memory.md) ---------------------------------------------------------------
+#: Key prefixes of the memory store (LangGraph's AsyncRedisStore: `store_prefix` /
+#: `vector_prefix`; also its two RediSearch index names): `vagent_memory:{uuid}` holds a
+#: memory (JSON: prefix, key, value, ...), `vagent_memory_vectors:{uuid}` its embedding.
+MEMORY_STORE_PREFIX = "vagent_memory"
+MEMORY_VECTOR_PREFIX = "vagent_memory_vectors"
+#: The first label of every memory namespace.
+MEMORY_NAMESPACE = "memory"
+
+
+def memory_label(value: str) -> str:
+    """A user id or tenant as one namespace label: 32 hex characters. The store matches
+    namespaces as text (a user id's '.', ':' and '@' would split into words, and a store
+    label may not contain '.'); a fixed-length hex word matches exactly one user or tenant."""
+    return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def memory_namespace(user_id: str, domain: str | None = None) -> tuple[str, ...]:
+    """A user's memories in one tenant (`domain`), or in every tenant (None: a prefix)."""
+    base = (MEMORY_NAMESPACE, memory_label(user_id))
+    return base if domain is None else (*base, memory_label(domain))

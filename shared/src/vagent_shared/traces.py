@@ -113,6 +113,16 @@ class SourceTrace(BaseModel):
     scope: ResultScope | None = None
 
 
+class MemoryTrace(BaseModel):
+    """A memory the turn recalled: which one, when and where it was written."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    created_at: datetime
+    room_id: str = ""
+
+
 class TurnTrace(BaseModel):
     """One turn: from the user's message to the answer (or the question, or the refusal).
     A turn paused on a confirmation continues in the same trace when it is answered."""
@@ -141,6 +151,9 @@ class TurnTrace(BaseModel):
     llm_calls: list[LlmCallTrace] = Field(default_factory=list)
     tool_calls: list[ToolCallTrace] = Field(default_factory=list)
     sources: list[SourceTrace] = Field(default_factory=list)
+    #: The memories given to the model in this turn (docs/memory.md): ids, dates and rooms,
+    #: never their text (a forgotten memory must not live on in a trace).
+    memories: list[MemoryTrace] = Field(default_factory=list)
     #: A short reason for `denied`/`failed`/`over_budget` (an error code, never details).
     reason: str = ""
 

@@ -57,6 +57,10 @@ class ProcessMessageRequest(BotMessage):
 
     ac_context: AcContext
     audience: Audience | None = None
+    #: A group room whose readers the bot does not check (AUDIENCE_FILTER=off): `audience`
+    #: is None, yet others read the answer. Memory then recalls only `--everywhere` memories
+    #: (docs/memory.md).
+    audience_unchecked: bool = False
     attachments: list[Attachment] = Field(default_factory=list, max_length=WIRE_MAX_ATTACHMENTS)
 
 
@@ -77,6 +81,8 @@ class FeedbackRequest(BaseModel):
     interrupt_id: str | None = None
     ac_context: AcContext | None = None
     audience: Audience | None = None
+    #: As ProcessMessageRequest's: a group room whose readers the bot does not check.
+    audience_unchecked: bool = False
 
     @model_validator(mode="after")
     def _valid_session(self) -> FeedbackRequest:

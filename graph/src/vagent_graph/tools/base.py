@@ -48,6 +48,11 @@ class ToolContext:
     #: What the human confirmed (`Prepared.plan`), for a call that was confirmed; else the
     #: plan `prepare` made for this call, or None for a tool without `prepare`.
     plan: dict[str, Any] | None = None
+    #: What the model had seen in this conversation when it made the call: the union of the
+    #: scopes of the tool results in its context (a memory written now records it).
+    seen: ResultScope | None = None
+    #: A group room whose readers are not checked (AUDIENCE_FILTER=off; `audience` is None).
+    audience_unchecked: bool = False
 
 
 @dataclass(frozen=True)

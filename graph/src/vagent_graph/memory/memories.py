@@ -1,0 +1,202 @@
+"""The memory service the workflow, the `remember` tool and the commands share: the store,
+the descriptor's policy, and the audit records of every write, recall and deletion (ids and
+counts, never the text). The decisions are rules.py's; this is the I/O around them."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+
+import structlog
+
+from vagent_graph import metrics
+from vagent_graph.memory.rules import hearers, is_candidate, recallable, refusal, withheld_reason
+from vagent_graph.memory.store import MemoryStore
+from vagent_graph.services import Services
+from vagent_graph.services.audit import audit
+from vagent_shared.access import AcContext
+from vagent_shared.knowledge import Audience
+from vagent_shared.memory import Memory, MemoryPolicy, Origin, WithheldReason, one_line
+from vagent_shared.readers import Readership, ResultScope
+from vagent_shared.session import SessionId
+
+log = structlog.get_logger(__name__)
+
+#: Candidates read per page while looking for `recall_k` memories this conversation may
+#: recall: twice as many as wanted (some may be withheld here), at least this many.
+MIN_PAGE = 10
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A memory that was not stored, and why (a short reason the user reads)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What a turn recalled, and how many memories were withheld here (by reason)."""
+
+    memories: list[Memory]
+    withheld: Counter[WithheldReason]
+
+
+def room_of(session_id: str) -> str:
+    return SessionId.parse(session_id).room_id if SessionId.is_valid(session_id) else ""
+
+
+class Memories:
+    """The memories of every user, as the workflow uses them (one per service)."""
+
+    def __init__(self, store: MemoryStore, policy: MemoryPolicy, services: Services) -> None:
+        self.store = store
+        self.policy = policy
+        #: The audit trail is looked up here, when used (Services is complete by then).
+        self.services = services
+
+    # ---- writing -------------------------------------------------------------------------
+    async def write(
+        self,
+        ac: AcContext,
+        session_id: str,
+        audience: Audience | None,
+        text: str,
+        *,
+        unchecked: bool = False,
+        everywhere: bool = False,
+        scope: ResultScope | None = None,
+        origin: Origin = "tool",
+    ) -> Memory | Refused:
+        """Store what the user (or the model, for them) asked to remember, heard by everyone
+        reading now; refused (never stored) when empty, too long or secret-looking."""
+        text = one_line(text)
+        why = refusal(text)
+        if why is not None:
+            metrics.MEMORY_OPS.labels("write", "refused").inc()
+            log.info("memory_refused", origin=origin, chars=len(text))
+            return Refused(why)
+        memory = Memory(
+            id=uuid.uuid4().hex[:12],
+            owner=ac.user_id,
+            domain=ac.active_acl_domain,
+            text=text,
+            room_id=room_of(session_id),
+            heard_by=hearers(ac, audience, unchecked=unchecked),
+            everywhere=everywhere,
+            scope=scope or ResultScope(domain=ac.active_acl_domain),
+            origin=origin,
+        )
+        dropped = await self.store.add(memory, self.policy)
+        metrics.MEMORY_OPS.labels("write", "ok").inc()
+        audit(
+            self.services,
+            "memory_written",
+            ac,
+            session_id,
+            resource=f"memory:{memory.id}",
+            decision="done",
+            metadata={
+                "id": memory.id,
+                "origin": origin,
+                "hearers": len(memory.heard_by),
+                "everywhere": everywhere,
+                "derived_from": {
+                    "documents": len(memory.scope.documents),
+                    "entities": len(memory.scope.entities),
+                },
+            },
+        )
+        if dropped:
+            self.deleted(ac, session_id, [m.id for m in dropped], "max_per_user")
+        return memory
+
+    # ---- recall --------------------------------------------------------------------------
+    async def recall(
+        self, readership: Readership, session_id: str, query: str, *, unchecked: bool = False
+    ) -> Recall:
+        """The `recall_k` memories most relevant to `query` this conversation may recall:
+        the asker's own (the store's query is per owner and tenant), re-checked here."""
+        ac, k = readership.ac, self.policy.recall_k
+        found: list[Memory] = []
+        withheld: Counter[WithheldReason] = Counter()
+        started = time.perf_counter()
+        # Most people have a few memories: with at most k of them, all are candidates and
+        # the question need not be embedded (no ranking to do).
+        few = await self.store.search(ac.user_id, ac.active_acl_domain, "", k + 1) if k else []
+        if len(few) <= k:
+            found, withheld = recallable(few, readership, k, unchecked=unchecked)
+        page, offset = max(2 * k, MIN_PAGE), 0
+        while len(few) > k and len(found) < k and offset < self.policy.max_per_user:
+            batch = await self.store.search(ac.user_id, ac.active_acl_domain, query or "", page, offset)
+            more, held = recallable(batch, readership, k - len(found), unchecked=unchecked)
+            found += more
+            withheld += held
+            if len(batch) < page:
+                break
+            offset += page
+        metrics.MEMORY_RECALL_SECONDS.observe(time.perf_counter() - started)
+        if found:
+            audit(
+                self.services,
+                "memory_recalled",
+                ac,
+                session_id,
+                resource="memory",
+                decision="allowed",
+                metadata={"ids": [m.id for m in found], "count": len(found)},
+            )
+        for reason, count in sorted(withheld.items()):
+            audit(
+                self.services,
+                "memory_withheld",
+                ac,
+                session_id,
+                resource="memory",
+                decision="denied",
+                reason="not heard by every reader" if reason == "not_heard" else "source not readable",
+                metadata={"count": count, "reason": reason},
+            )
+        return Recall(found, withheld)
+
+    # ---- seeing and forgetting -----------------------------------------------------------
+    async def here(
+        self, readership: Readership, *, unchecked: bool = False, direct: bool = False
+    ) -> list[Memory]:
+        """The asker's memories `!memory` lists (and `!forget N` numbers), oldest first: in
+        a direct chat all of them, elsewhere those this conversation may recall."""
+        mine = [m for m in await self.store.all_of(readership.ac.user_id, readership.ac.active_acl_domain)]
+        mine = [m for m in mine if is_candidate(m, readership.ac)]
+        if direct:
+            return mine
+        return [m for m in mine if withheld_reason(m, readership, unchecked=unchecked) is None]
+
+    async def forget(self, ac: AcContext, session_id: str, ids: list[str], reason: str) -> int:
+        """Delete these of the asker's memories (in their current tenant)."""
+        count = await self.store.delete(ac.user_id, ac.active_acl_domain, ids)
+        if count:
+            self.deleted(ac, session_id, ids, reason, count)
+        return count
+
+    async def forget_all(self, ac: AcContext, session_id: str) -> int:
+        count = await self.store.delete_all(ac.user_id, ac.active_acl_domain)
+        if count:
+            self.deleted(ac, session_id, [], "forget_all", count)
+        return count
+
+    def deleted(
+        self, ac: AcContext, session_id: str, ids: list[str], reason: str, count: int | None = None
+    ) -> None:
+        metrics.MEMORY_OPS.labels("delete", reason).inc(count if count is not None else len(ids))
+        audit(
+            self.services,
+            "memory_deleted",
+            ac,
+            session_id,
+            resource="memory",
+            decision="done",
+            reason=reason,
+            metadata={"ids": ids[:20], "count": count if count is not None else len(ids)},
+        )

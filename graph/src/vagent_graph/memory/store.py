@@ -1,0 +1,342 @@
+"""Where memories live: LangGraph's AsyncRedisStore on the service's Redis, its vector index
+embedding each memory's text with the documents' embedder (the offline model by default).
+
+One namespace per user and tenant (`redis_keys.memory_namespace`): a query for one user
+never reads another's memories, nor another tenant's. Every memory found is re-checked
+(`rules.recallable`) before anything reaches the model.
+
+What the library does with our data (langgraph-checkpoint-redis 0.5.2, checked):
+- a memory is two JSON documents: `vagent_memory:{ulid}` (prefix = the namespace as one
+  escaped text word, key = the memory's id, value = the memory) and
+  `vagent_memory_vectors:{ulid}` (prefix, key, the embedding; not the text). Both get the
+  memory's TTL; deleting a memory deletes both.
+- namespaces are matched as TEXT with a prefix wildcard (`@prefix:memory.U.D*`). Each label
+  is a 32-hex word (`memory_label`), so a prefix names exactly one user (and tenant); every
+  result is still checked here against the namespace, owner and tenant asked for.
+- it works with the service's client as it is (bytes replies: decode_responses off), once
+  built around a redisvl incompatibility (`async_redis_store`).
+- `search` runs its own KNN on the store's vector index (see there why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import structlog
+from langgraph.store.base import IndexConfig, SearchItem
+from langgraph.store.redis import base as redis_store_base
+from langgraph.store.redis.aio import AsyncRedisStore
+from langgraph.store.redis.token_unescaper import TokenUnescaper
+from pydantic import ValidationError
+from redis.asyncio import Redis
+from redisvl.exceptions import RedisSearchError
+from redisvl.index import AsyncSearchIndex
+from redisvl.query import VectorQuery
+from redisvl.utils.token_escaper import TokenEscaper
+
+from vagent_graph.knowledge.embeddings import LOCAL_DIMENSIONS, LOCAL_MODEL_ID, Embedder
+from vagent_shared import redis_keys
+from vagent_shared.memory import Memory, MemoryPolicy
+
+log = structlog.get_logger(__name__)
+
+#: The value field whose text is embedded.
+TEXT_FIELD: Final = "text"
+#: Index creations lost to another replica that we retry (check-then-create in redisvl).
+SETUP_ATTEMPTS: Final = 4
+#: Memories read per page when listing (all_of, delete_all).
+LIST_PAGE: Final = 1000
+#: Query vectors kept: recall pages through one question's results, one search per page.
+QUERY_CACHE: Final = 256
+MINUTES_PER_DAY: Final = 1440
+#: The store's vector field (its schema's name).
+EMBEDDING_FIELD: Final = "embedding"
+_ESCAPER = TokenEscaper()
+_UNESCAPER = TokenUnescaper()
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+class _RecentVectors:
+    """The last few questions' embeddings. Why: recall reads a question's results page by
+    page (one `search` per page), and embedding is most of a search's cost. Questions only:
+    a memory's text is embedded without this, so no forgotten text lingers here."""
+
+    def __init__(self, embedder: Embedder, size: int = QUERY_CACHE) -> None:
+        self.embedder = embedder
+        self.size = size
+        self._rows: OrderedDict[str, list[float]] = OrderedDict()
+
+    async def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._rows]
+        if missing:
+            rows = (await self.embedder.embed(missing)).tolist()
+            for text, row in zip(missing, rows, strict=True):
+                self._rows[text] = row
+        out = [self._rows[t] for t in texts]
+        for text in texts:
+            self._rows.move_to_end(text)
+        while len(self._rows) > self.size:
+            self._rows.popitem(last=False)
+        return out
+
+
+def namespace_text(namespace: tuple[str, ...]) -> str:
+    """A namespace as the store writes it in a document's `prefix` (one escaped word)."""
+    return str(_ESCAPER.escape(".".join(namespace)))
+
+
+def decode_namespace(text: str) -> tuple[str, ...]:
+    """A document's `prefix` back into the namespace (the store's own unescaping)."""
+    return tuple(_UNESCAPER.unescape(text).split("."))
+
+
+def ttl_minutes(policy: MemoryPolicy) -> int:
+    """The Redis TTL of a memory written under `policy`, in the store's unit (minutes)."""
+    return policy.ttl_days * MINUTES_PER_DAY
+
+
+def oldest_first(memories: Sequence[Memory]) -> list[Memory]:
+    return sorted(memories, key=lambda m: (m.created_at, m.id))
+
+
+def beyond_limit(memories: Sequence[Memory], max_per_user: int) -> list[Memory]:
+    """The oldest memories to drop so that at most `max_per_user` remain."""
+    ordered = oldest_first(memories)
+    return ordered[: max(0, len(ordered) - max_per_user)]
+
+
+def parsed(item: SearchItem, namespace: tuple[str, ...], owner: str, domain: str | None) -> Memory | None:
+    """The memory an item holds if it is the owner's, in `namespace` (and `domain`); None
+    (logged without its text) when it does not parse or belongs elsewhere."""
+    exact = (
+        item.namespace == namespace if domain is not None else item.namespace[: len(namespace)] == namespace
+    )
+    if not exact:
+        log.warning("memory_foreign_namespace_skipped", key=item.key)
+        return None
+    try:
+        memory = Memory.model_validate(item.value)
+    except ValidationError as exc:
+        log.warning("memory_unreadable_skipped", key=item.key, errors=exc.error_count())
+        return None
+    if memory.owner != owner or (domain is not None and memory.domain != domain):
+        log.warning("memory_foreign_owner_skipped", key=item.key)
+        return None
+    if redis_keys.memory_namespace(memory.owner, memory.domain) != item.namespace:
+        log.warning("memory_misfiled_skipped", key=item.key)
+        return None
+    return memory
+
+
+class MemoryStore:
+    """The memories of every user: one AsyncRedisStore namespace per user and tenant."""
+
+    def __init__(self, redis: Redis, embedder: Embedder, dims: int | None = None) -> None:
+        """`dims`: the embedder's vector length (None: 384 for the offline model, else asked
+        of the embedder at setup)."""
+        self.redis = redis
+        self.embedder = embedder
+        self.dims = (
+            dims if dims is not None else (LOCAL_DIMENSIONS if embedder.model_id == LOCAL_MODEL_ID else None)
+        )
+        self._vectors = _RecentVectors(embedder)
+        self._store: AsyncRedisStore | None = None
+        self._lock = asyncio.Lock()
+
+    async def _embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        """The store's embedding function (memories' texts, as they are written)."""
+        rows: list[list[float]] = (await self.embedder.embed(texts)).tolist()
+        return rows
+
+    async def _ready(self) -> AsyncRedisStore:
+        if self._store is None:
+            await self.setup()
+        assert self._store is not None
+        return self._store
+
+    async def setup(self) -> None:
+        """Create the store's indexes (idempotent; safe when several replicas start)."""
+        async with self._lock:
+            if self._store is not None:
+                return
+            if self.dims is None:
+                self.dims = int((await self.embedder.embed(["dimensions"])).shape[1])
+            # Built here, not in __init__: the library's batching task needs a running loop.
+            index: IndexConfig = {
+                "dims": self.dims,
+                "embed": self._embed_texts,
+                "fields": [TEXT_FIELD],
+            }
+            index["distance_type"] = "cosine"  # type: ignore[typeddict-unknown-key]
+            store = async_redis_store(self.redis, index)
+            await set_up_indexes(store)
+            self._store = store
+
+    async def aclose(self) -> None:
+        """Stop the library's batching task (the Redis client is the caller's)."""
+        if self._store is not None:
+            await self._store.__aexit__()
+            self._store = None
+
+    async def add(self, memory: Memory, policy: MemoryPolicy) -> list[Memory]:
+        """Store `memory` (TTL: policy.ttl_days) in its owner's namespace for its domain; then
+        drop the oldest beyond policy.max_per_user and return what was dropped."""
+        store = await self._ready()
+        namespace = redis_keys.memory_namespace(memory.owner, memory.domain)
+        await store.aput(namespace, memory.id, memory.model_dump(mode="json"), ttl=ttl_minutes(policy))
+        dropped = beyond_limit(await self.all_of(memory.owner, memory.domain), policy.max_per_user)
+        if dropped:
+            await self._delete(store, dropped)
+        return dropped
+
+    async def all_of(self, owner: str, domain: str | None = None) -> list[Memory]:
+        """The owner's memories in `domain` (None: every tenant), oldest first."""
+        store = await self._ready()
+        namespace = redis_keys.memory_namespace(owner, domain)
+        found: list[Memory] = []
+        offset = 0
+        while True:
+            items = await store.asearch(namespace, limit=LIST_PAGE, offset=offset, refresh_ttl=False)
+            found += [m for m in (parsed(i, namespace, owner, domain) for i in items) if m is not None]
+            if len(items) < LIST_PAGE:
+                break
+            offset += LIST_PAGE
+        return oldest_first(list({m.id: m for m in found}.values()))
+
+    async def search(self, owner: str, domain: str, query: str, limit: int, offset: int = 0) -> list[Memory]:
+        """The owner's memories in `domain` most relevant to `query` first (vector search).
+
+        On the store's own vector index, but not through its `asearch`: that path cost
+        ~5x the Redis work at 20 concurrent conversations (bench-memory: every request queued
+        through the store's batching task, a JSON client built per result, the whole
+        document fetched) and pages wrongly (KNN k = limit, then `offset` of those skipped:
+        a second page was always empty). Here: one KNN (k = offset + limit) filtered by the
+        namespace, then one pipeline reading each hit's namespace and value."""
+        store = await self._ready()
+        namespace = redis_keys.memory_namespace(owner, domain)
+        if not query.strip():  # nothing to compare with: the listing's order
+            items = await store.asearch(namespace, limit=limit, offset=offset, refresh_ttl=False)
+            return [m for m in (parsed(i, namespace, owner, domain) for i in items) if m is not None]
+        vector = (await self._vectors([query]))[0]
+        knn = VectorQuery(
+            vector=vector,
+            vector_field_name=EMBEDDING_FIELD,
+            return_fields=["key"],
+            filter_expression=f"@prefix:{namespace_text(namespace)}*",
+            num_results=offset + limit,
+        )
+        knn.paging(offset, limit)
+        hits = await store.vector_index.query(knn)
+        keys = [f"{redis_keys.MEMORY_STORE_PREFIX}:{str(hit['id']).split(':', 1)[1]}" for hit in hits]
+        if not keys:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.execute_command("JSON.GET", key, "$.prefix", "$.key", "$.value")
+            raws = await pipe.execute()
+        found = []
+        for raw in raws:
+            if raw is None:  # expired or deleted since the KNN
+                continue
+            doc = json.loads(raw) if isinstance(raw, str | bytes) else raw  # parsed by redis-py or not
+            if not isinstance(doc, dict) or not doc.get("$.prefix") or not doc.get("$.value"):
+                continue
+            item = SearchItem(
+                namespace=decode_namespace(doc["$.prefix"][0]),
+                key=str(doc["$.key"][0]),
+                value=doc["$.value"][0],
+                created_at=_EPOCH,
+                updated_at=_EPOCH,
+            )
+            memory = parsed(item, namespace, owner, domain)
+            if memory is not None:
+                found.append(memory)
+        return found
+
+    async def delete(self, owner: str, domain: str | None, ids: Sequence[str]) -> int:
+        """Delete these of the owner's memories (None: in any tenant); how many were deleted."""
+        store = await self._ready()
+        wanted = set(ids)
+        found = [m for m in await self.all_of(owner, domain) if m.id in wanted]
+        return await self._delete(store, found)
+
+    async def delete_all(self, owner: str, domain: str | None = None) -> int:
+        """Delete all of the owner's memories in `domain` (None: every tenant); how many."""
+        store = await self._ready()
+        return await self._delete(store, await self.all_of(owner, domain))
+
+    async def _delete(self, store: AsyncRedisStore, memories: Sequence[Memory]) -> int:
+        """Both documents of each memory (the library deletes the vector with the value)."""
+        if memories:
+            await asyncio.gather(
+                *(store.adelete(redis_keys.memory_namespace(m.owner, m.domain), m.id) for m in memories)
+            )
+        return len(memories)
+
+
+def async_redis_store(redis: Redis, index: IndexConfig) -> AsyncRedisStore:
+    """AsyncRedisStore on the service's client, under the memory prefixes.
+
+    Why the swap: AsyncRedisStore.__init__ (langgraph-checkpoint-redis 0.5.2) first runs
+    BaseRedisStore.__init__, which builds *sync* redisvl SearchIndexes on the client, then
+    replaces both with AsyncSearchIndexes. redisvl 0.28 refuses an asyncio client in a sync
+    SearchIndex (TypeError), so the store cannot be built at all. While it is built (plain
+    synchronous code: nothing else runs on the loop meanwhile), the base module's
+    `SearchIndex` is the async class; what it builds is replaced right after anyway."""
+    original = redis_store_base.SearchIndex  # type: ignore[attr-defined]
+    redis_store_base.SearchIndex = AsyncSearchIndex  # type: ignore[attr-defined]
+    try:
+        return AsyncRedisStore(
+            redis_client=redis,
+            index=index,
+            store_prefix=redis_keys.MEMORY_STORE_PREFIX,
+            vector_prefix=redis_keys.MEMORY_VECTOR_PREFIX,
+        )
+    finally:
+        redis_store_base.SearchIndex = original  # type: ignore[attr-defined]
+
+
+async def set_up_indexes(store: AsyncRedisStore) -> None:
+    """The store's two search indexes, also when replicas start at the same moment.
+
+    Why: redisvl's create checks whether the index exists, then creates it; a replica that
+    loses that race gets "Index already exists" (as the checkpointer's did). Another try sees
+    the index. Then the vector index must have our vector length: one built for another
+    embedding model would fail every search."""
+    for attempt in range(1, SETUP_ATTEMPTS + 1):
+        try:
+            await store.setup()
+            break
+        except RedisSearchError as exc:
+            if "already exists" not in str(exc) or attempt == SETUP_ATTEMPTS:
+                raise
+    built = await vector_dims(store)
+    wanted = store.index_config["dims"] if store.index_config else None
+    if built is not None and wanted is not None and built != wanted:
+        raise RuntimeError(
+            f"The memory index '{redis_keys.MEMORY_VECTOR_PREFIX}' holds {built}-dimensional vectors, "
+            f"but the embedding model gives {wanted}: drop that index and its memories, or "
+            "configure the model it was built with."
+        )
+
+
+async def vector_dims(store: AsyncRedisStore) -> int | None:
+    """The vector length the memory vector index was built with (None: unknown)."""
+    info: dict[str, Any] = await store.vector_index.info()
+    for attribute in info.get("attributes", []):
+        fields = _pairs(attribute)
+        if fields.get("attribute") == "embedding" or fields.get("identifier") == "$.embedding":
+            dim = fields.get("dim")
+            return int(dim) if dim is not None else None
+    return None
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, Any]:
+    """FT.INFO's [name, value, name, value, ...] as a dict of str names."""
+    text = [x.decode() if isinstance(x, bytes) else x for x in flat]
+    return {str(text[i]).lower(): text[i + 1] for i in range(0, len(text) - 1, 2)}

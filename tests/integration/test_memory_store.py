@@ -1,0 +1,237 @@
+"""The memory store on a real Redis (search + JSON) with the real offline embedding model:
+relevance, one user's and one tenant's memories never in another's query, TTL, the
+per-user limit, deletion that leaves no key holding the text, and setting up twice or from
+several replicas at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from redis_local import RedisServer, free_port
+from tests.support.knowledge import local_embedder
+from vagent_graph.memory.store import MemoryStore
+from vagent_shared import redis_keys
+from vagent_shared.memory import Memory, MemoryPolicy
+
+POLICY = MemoryPolicy(enabled=True)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+UNRELATED = (
+    "My dog is called Rex and he is afraid of thunder",
+    "I live in York, near the minster",
+    "The quarterly report is due on the first Monday of April",
+    "I prefer meetings after ten in the morning",
+)
+TEA = "I drink green tea every morning, never coffee"
+
+
+def memory(owner: str, text: str, n: int = 0, *, domain: str = "acme", id: str | None = None) -> Memory:
+    """A memory written `n` minutes after T0 (so oldest-first is well defined)."""
+    return Memory(
+        id=id or f"{owner.strip('@').replace(':', '-')}-{domain}-{n}",
+        owner=owner,
+        domain=domain,
+        text=text,
+        created_at=T0 + timedelta(minutes=n),
+        heard_by=(owner,),
+    )
+
+
+@pytest.fixture
+async def redis(module_redis_url: str) -> AsyncIterator[Redis]:
+    """The module's own Redis, emptied (indexes too) before each test."""
+    client = Redis.from_url(module_redis_url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def store(redis: Redis) -> AsyncIterator[MemoryStore]:
+    s = MemoryStore(redis, local_embedder())
+    await s.setup()
+    yield s
+    await s.aclose()
+
+
+async def keys_holding(redis: Redis, text: str) -> list[str]:
+    """Every key whose value (JSON, string or hash) contains `text`."""
+    found = []
+    async for raw in redis.scan_iter(count=1000):
+        key = raw.decode()
+        raw_kind = await redis.type(key)
+        kind = raw_kind.decode() if isinstance(raw_kind, bytes) else raw_kind
+        if kind == "ReJSON-RL":
+            value = str(await redis.json().get(key))
+        elif kind == "string":
+            value = str(await redis.get(key))
+        elif kind == "hash":
+            value = str(await redis.hgetall(key))  # type: ignore[misc]
+        else:
+            continue
+        if text in value:
+            found.append(key)
+    return found
+
+
+async def memory_keys(redis: Redis) -> list[str]:
+    prefixes = (redis_keys.MEMORY_STORE_PREFIX + ":", redis_keys.MEMORY_VECTOR_PREFIX + ":")
+    return sorted([k.decode() async for k in redis.scan_iter(count=1000) if k.decode().startswith(prefixes)])
+
+
+async def add_all(store: MemoryStore, memories: Sequence[Memory], policy: MemoryPolicy = POLICY) -> None:
+    for m in memories:
+        assert await store.add(m, policy) == []
+
+
+async def test_the_memory_about_tea_answers_what_do_i_drink(store: MemoryStore) -> None:
+    texts = [UNRELATED[0], UNRELATED[1], TEA, UNRELATED[2], UNRELATED[3]]
+    await add_all(store, [memory("@ann:x", t, n) for n, t in enumerate(texts)])
+
+    found = await store.search("@ann:x", "acme", "what do I usually drink?", 5)
+
+    assert [m.text for m in found][:1] == [TEA]
+    assert sorted(m.text for m in found) == sorted(texts)
+    listed = await store.all_of("@ann:x", "acme")
+    assert [m.text for m in listed] == texts  # oldest first
+    assert listed[2] == memory("@ann:x", TEA, 2)  # read back as written
+    assert [m.text for m in await store.search("@ann:x", "acme", "what do I usually drink?", 2, 1)] == [
+        m.text for m in found[1:3]
+    ]
+
+
+async def test_another_users_or_tenants_memories_are_never_returned(store: MemoryStore) -> None:
+    """@a:x, @a:xx (its id a prefix of the other's), @a:x in another tenant, and @b:x all
+    remember tea; each query sees its own only, also in the Redis query alone."""
+    owners = [("@a:x", "acme"), ("@a:xx", "acme"), ("@a:x", "acme2"), ("@b:x", "acme"), ("@a:x", "acm")]
+    for i, (owner, domain) in enumerate(owners):
+        await add_all(
+            store,
+            [
+                memory(owner, f"{TEA} ({owner} in {domain})", 2 * i, domain=domain),
+                memory(owner, f"{UNRELATED[0]} ({owner} in {domain})", 2 * i + 1, domain=domain),
+            ],
+        )
+
+    for owner, domain in owners:
+        mine = {f"{TEA} ({owner} in {domain})", f"{UNRELATED[0]} ({owner} in {domain})"}
+        found = await store.search(owner, domain, "what do I drink?", 50)
+        assert {m.text for m in found} == mine
+        assert {m.text for m in await store.all_of(owner, domain)} == mine
+        # the namespace filter pushed into Redis is exact by itself (no Python filter here)
+        raw = await (await store._ready()).asearch(
+            redis_keys.memory_namespace(owner, domain), query="what do I drink?", limit=50
+        )
+        assert {item.value["text"] for item in raw} == mine
+
+    every_tenant = {m.domain for m in await store.all_of("@a:x")}
+    assert every_tenant == {"acme", "acme2", "acm"}
+    assert {m.owner for m in await store.all_of("@a:x")} == {"@a:x"}
+
+
+async def test_each_memory_expires_after_the_policys_days(store: MemoryStore, redis: Redis) -> None:
+    await store.add(memory("@ann:x", TEA), MemoryPolicy(enabled=True, ttl_days=3))
+
+    keys = await memory_keys(redis)
+    assert len(keys) == 2  # the memory and its vector
+    for key in keys:
+        ttl = await redis.ttl(key)
+        assert 3 * 86400 - 120 <= ttl <= 3 * 86400, (key, ttl)
+
+
+async def test_the_oldest_memories_beyond_the_limit_are_dropped_and_returned(
+    store: MemoryStore, redis: Redis
+) -> None:
+    policy = MemoryPolicy(enabled=True, max_per_user=3)
+    await add_all(store, [memory("@ann:x", t, n) for n, t in enumerate(UNRELATED[:3])], policy)
+    other = memory("@bob:x", TEA, 0)
+    await store.add(other, policy)
+
+    dropped = await store.add(memory("@ann:x", UNRELATED[3], 9), policy)
+
+    assert [m.text for m in dropped] == [UNRELATED[0]]
+    assert [m.text for m in await store.all_of("@ann:x", "acme")] == [*UNRELATED[1:3], UNRELATED[3]]
+    assert await keys_holding(redis, UNRELATED[0]) == []
+    assert await store.all_of("@bob:x", "acme") == [other]  # another user's count is their own
+    assert len(await memory_keys(redis)) == 2 * 4
+
+
+async def test_deleting_leaves_no_key_holding_the_text(store: MemoryStore, redis: Redis) -> None:
+    await add_all(store, [memory("@ann:x", TEA, 0), memory("@ann:x", UNRELATED[0], 1)])
+    await store.add(memory("@ann:x", UNRELATED[1], 2, domain="other"), POLICY)
+    await store.add(memory("@bob:x", UNRELATED[2], 3), POLICY)
+    assert await keys_holding(redis, TEA)
+
+    assert await store.delete("@ann:x", "acme", ["ann-x-acme-0", "no-such-id", "bob-x-acme-3"]) == 1
+    assert await keys_holding(redis, TEA) == []
+    assert [m.text for m in await store.search("@ann:x", "acme", "what do I drink?", 5)] == [UNRELATED[0]]
+    assert await store.delete("@ann:x", "acme", ["ann-x-acme-0"]) == 0  # already gone
+
+    assert await store.delete_all("@ann:x") == 2  # every tenant
+    for text in (UNRELATED[0], UNRELATED[1]):
+        assert await keys_holding(redis, text) == []
+    assert await store.all_of("@ann:x") == []
+    assert [m.text for m in await store.all_of("@bob:x")] == [UNRELATED[2]]
+    assert len(await memory_keys(redis)) == 2  # bob's memory and its vector, nothing of ann's
+    assert await store.delete_all("@ann:x") == 0
+
+
+async def test_delete_all_of_one_tenant_keeps_the_others(store: MemoryStore, redis: Redis) -> None:
+    await store.add(memory("@ann:x", TEA, 0), POLICY)
+    await store.add(memory("@ann:x", UNRELATED[1], 1, domain="other"), POLICY)
+
+    assert await store.delete_all("@ann:x", "acme") == 1
+    assert await keys_holding(redis, TEA) == []
+    assert [m.text for m in await store.all_of("@ann:x")] == [UNRELATED[1]]
+
+
+async def test_an_unreadable_value_is_skipped(store: MemoryStore) -> None:
+    await store.add(memory("@ann:x", TEA, 0), POLICY)
+    raw = await store._ready()
+    namespace = redis_keys.memory_namespace("@ann:x", "acme")
+    await raw.aput(namespace, "broken", {"text": "no owner, no id"})
+    await raw.aput(namespace, "misfiled", memory("@bob:x", "filed under ann", 1).model_dump(mode="json"))
+
+    assert [m.text for m in await store.search("@ann:x", "acme", "what do I drink?", 5)] == [TEA]
+    assert [m.text for m in await store.all_of("@ann:x")] == [TEA]
+
+
+async def test_setting_up_twice_keeps_the_memories(store: MemoryStore, redis: Redis) -> None:
+    await store.add(memory("@ann:x", TEA), POLICY)
+    await store.setup()
+    again = MemoryStore(redis, local_embedder())
+    await again.setup()
+    try:
+        assert [m.text for m in await again.search("@ann:x", "acme", "what do I drink?", 5)] == [TEA]
+    finally:
+        await again.aclose()
+
+
+async def test_replicas_setting_up_together_on_a_new_redis_all_succeed(tmp_path: Path) -> None:
+    server = RedisServer(free_port(), tmp_path).start()
+    clients = [Redis.from_url(server.url) for _ in range(4)]
+    stores = [MemoryStore(c, local_embedder()) for c in clients]
+    try:
+        await asyncio.gather(*(s.setup() for s in stores))
+        listed = await clients[0].execute_command("FT._LIST")  # type: ignore[no-untyped-call]
+        names = {n.decode() if isinstance(n, bytes) else str(n) for n in listed}
+        assert {redis_keys.MEMORY_STORE_PREFIX, redis_keys.MEMORY_VECTOR_PREFIX} <= names
+        await stores[0].add(memory("@ann:x", TEA), POLICY)
+        assert [m.text for m in await stores[3].all_of("@ann:x")] == [TEA]
+    finally:
+        for s in stores:
+            await s.aclose()
+        for c in clients:
+            await c.aclose()
+        server.stop()
+
+
+async def test_an_index_of_another_vector_length_is_refused(store: MemoryStore, redis: Redis) -> None:
+    other = MemoryStore(redis, local_embedder(), dims=8)
+    with pytest.raises(RuntimeError, match="384-dimensional"):
+        await other.setup()
