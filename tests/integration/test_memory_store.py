@@ -14,10 +14,15 @@ import pytest
 from redis.asyncio import Redis
 
 from redis_local import RedisServer, free_port
+from tests.support.factories import ac
 from tests.support.knowledge import local_embedder
+from vagent_graph.memory.memories import Memories
 from vagent_graph.memory.store import MemoryStore
+from vagent_graph.services import Services
 from vagent_shared import redis_keys
+from vagent_shared.knowledge import Audience, AudienceMember
 from vagent_shared.memory import Memory, MemoryPolicy
+from vagent_shared.readers import Readership
 
 POLICY = MemoryPolicy(enabled=True)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -235,3 +240,53 @@ async def test_an_index_of_another_vector_length_is_refused(store: MemoryStore, 
     other = MemoryStore(redis, local_embedder(), dims=8)
     with pytest.raises(RuntimeError, match="384-dimensional"):
         await other.setup()
+
+
+async def test_only_memories_everyone_reading_heard_come_back_from_redis(store: MemoryStore) -> None:
+    """The hearers are asked of Redis too: a group room's search never returns a memory one
+    of its readers did not hear (unless said `--everywhere`), nor one of another user's."""
+    heard = {"@a:x.org", "@b:x.org"}
+    group = Memory(id="group", owner="@a:x.org", domain="acme", text=TEA, heard_by=tuple(sorted(heard)))
+    alone = Memory(
+        id="alone", owner="@a:x.org", domain="acme", text="I drink tea with milk", heard_by=("@a:x.org",)
+    )
+    anywhere = Memory(
+        id="anywhere",
+        owner="@a:x.org",
+        domain="acme",
+        text="Tea, always",
+        heard_by=("@a:x.org",),
+        everywhere=True,
+    )
+    theirs = Memory(id="theirs", owner="@b:x.org", domain="acme", text=TEA, heard_by=tuple(sorted(heard)))
+    for m in (group, alone, anywhere, theirs):
+        await store.add(m, POLICY)
+
+    async def found(hearers: set[str] | None) -> set[str]:
+        return {m.id for m in await store.search("@a:x.org", "acme", "what do I drink?", 10, hearers=hearers)}
+
+    assert await found(set()) == {"group", "alone", "anywhere"}  # no condition: a DM
+    assert await found(heard) == {"group", "anywhere"}
+    assert await found({"@a:x.org", "@b:x.org", "@c:x.org"}) == {"anywhere"}  # a newcomer
+    assert await found(None) == {"anywhere"}  # readers not known one by one
+    assert sorted(await store.heard_ids("@a:x.org", "acme", heard)) == ["anywhere", "group"]
+    assert await store.heard_ids("@a:x.org", "globex", heard) == []
+    assert await store.count("@a:x.org", "acme") == 3 and await store.count("@b:x.org", "acme") == 1
+
+
+async def test_recall_in_a_group_room_ranks_only_what_everyone_heard(store: MemoryStore) -> None:
+    """More memories than recall_k: the question is ranked among those everyone reading heard
+    (Redis leaves out the rest), and those left out are counted as withheld, not heard."""
+    alice, bob = ac("@a:x.org", [], domain="acme"), ac("@b:x.org", [], domain="acme")
+    for n, text in enumerate((*UNRELATED, "I drink tea with milk", "Coffee makes me ill")):
+        await store.add(memory("@a:x.org", text, n), POLICY)  # heard by alice alone
+    both = ("@a:x.org", "@b:x.org")
+    for n, text in enumerate((TEA, "My team is Payments")):
+        await store.add(Memory(id=f"g{n}", owner="@a:x.org", domain="acme", text=text, heard_by=both), POLICY)
+    memories = Memories(store, POLICY.model_copy(update={"recall_k": 2}), Services())
+    room = Audience(members=[AudienceMember(user_id=bob.user_id, ac_context=bob)], member_count=3)
+    found = await memories.recall(Readership(alice, room), "", "what do I drink?")
+    assert [m.id for m in found.memories] == ["g0", "g1"]  # the tea first, both heard by bob
+    assert found.withheld == {"not_heard": 6}
+    dm = await memories.recall(Readership(alice, None), "", "what do I drink?")
+    assert len(dm.memories) == 2 and "g1" not in [m.id for m in dm.memories]  # ranked among all 8

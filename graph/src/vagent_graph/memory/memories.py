@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import structlog
 
 from vagent_graph import metrics
-from vagent_graph.memory.rules import hearers, is_candidate, recallable, refusal, withheld_reason
+from vagent_graph.memory.rules import hearers, is_candidate, readers_now, recallable, refusal, withheld_reason
 from vagent_graph.memory.store import MemoryStore
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
@@ -128,9 +128,19 @@ class Memories:
         few = await self.store.search(ac.user_id, ac.active_acl_domain, "", k + 1) if k else []
         if len(few) <= k:
             found, withheld = recallable(few, readership, k, unchecked=unchecked)
+        # Who must have heard a memory, asked of Redis too (all of the asker's in a DM).
+        readers = readers_now(ac, readership.audience, unchecked=unchecked)
+        heard_by: frozenset[str] | None = frozenset() if readers == frozenset({ac.user_id}) else readers
+        if len(few) > k and heard_by != frozenset():  # those Redis leaves out are withheld too
+            heard = await self.store.heard_ids(ac.user_id, ac.active_acl_domain, heard_by)
+            unheard = await self.store.count(ac.user_id, ac.active_acl_domain) - len(heard)
+            if unheard > 0:
+                withheld["not_heard"] += unheard
         page, offset = max(2 * k, MIN_PAGE), 0
         while len(few) > k and len(found) < k and offset < self.policy.max_per_user:
-            batch = await self.store.search(ac.user_id, ac.active_acl_domain, query or "", page, offset)
+            batch = await self.store.search(
+                ac.user_id, ac.active_acl_domain, query or "", page, offset, hearers=heard_by
+            )
             more, held = recallable(batch, readership, k - len(found), unchecked=unchecked)
             found += more
             withheld += held

@@ -16,6 +16,10 @@ What the library does with our data (langgraph-checkpoint-redis 0.5.2, checked):
 - it works with the service's client as it is (bytes replies: decode_responses off), once
   built around a redisvl incompatibility (`async_redis_store`).
 - `search` runs its own KNN on the store's vector index (see there why).
+
+Who heard each memory is pushed down into Redis too: a small tag index of our own over the
+same memory documents (`HEARERS_INDEX`: owner, hearers, everywhere) gives the ids of the
+memories everyone reading heard, and the KNN ranks only those.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -56,6 +60,18 @@ QUERY_CACHE: Final = 256
 MINUTES_PER_DAY: Final = 1440
 #: The store's vector field (its schema's name).
 EMBEDDING_FIELD: Final = "embedding"
+#: Our tag index over the memory documents: who owns and who heard each (recall's pushdown).
+HEARERS_INDEX: Final = f"{redis_keys.MEMORY_STORE_PREFIX}_hearers"
+HEARERS_SCHEMA: Final = (
+    "ON", "JSON", "PREFIX", 1, f"{redis_keys.MEMORY_STORE_PREFIX}:", "SCHEMA",
+    "$.key", "AS", "key", "TAG",
+    "$.value.owner", "AS", "owner", "TAG",
+    "$.value.domain", "AS", "domain", "TAG",
+    "$.value.heard_by[*]", "AS", "heard", "TAG",
+    "$.value.everywhere", "AS", "everywhere", "TAG",
+)  # fmt: skip
+#: The most memory ids a hearers query returns (max_per_user's upper bound).
+HEARERS_LIMIT: Final = 10_000
 _ESCAPER = TokenEscaper()
 _UNESCAPER = TokenUnescaper()
 _EPOCH = datetime.fromtimestamp(0, UTC)
@@ -175,6 +191,7 @@ class MemoryStore:
             index["distance_type"] = "cosine"  # type: ignore[typeddict-unknown-key]
             store = async_redis_store(self.redis, index)
             await set_up_indexes(store)
+            await set_up_hearers_index(self.redis)
             self._store = store
 
     async def aclose(self) -> None:
@@ -208,8 +225,19 @@ class MemoryStore:
             offset += LIST_PAGE
         return oldest_first(list({m.id: m for m in found}.values()))
 
-    async def search(self, owner: str, domain: str, query: str, limit: int, offset: int = 0) -> list[Memory]:
+    async def search(
+        self,
+        owner: str,
+        domain: str,
+        query: str,
+        limit: int,
+        offset: int = 0,
+        hearers: Collection[str] | None = (),
+    ) -> list[Memory]:
         """The owner's memories in `domain` most relevant to `query` first (vector search).
+        `hearers`: only memories heard by every one of them, or said `--everywhere` (None:
+        only the latter; empty: no condition). Pushed down into Redis, never trusted alone:
+        recall judges every memory found again (rules.py).
 
         On the store's own vector index, but not through its `asearch`: that path cost
         ~5x the Redis work at 20 concurrent conversations (bench-memory: every request queued
@@ -222,12 +250,18 @@ class MemoryStore:
         if not query.strip():  # nothing to compare with: the listing's order
             items = await store.asearch(namespace, limit=limit, offset=offset, refresh_ttl=False)
             return [m for m in (parsed(i, namespace, owner, domain) for i in items) if m is not None]
+        where = f"@prefix:{namespace_text(namespace)}*"
+        if hearers is None or hearers:
+            heard = await self.heard_ids(owner, domain, hearers)
+            if not heard:
+                return []
+            where += " @key:{" + "|".join(tag(i) for i in heard) + "}"
         vector = (await self._vectors([query]))[0]
         knn = VectorQuery(
             vector=vector,
             vector_field_name=EMBEDDING_FIELD,
             return_fields=["key"],
-            filter_expression=f"@prefix:{namespace_text(namespace)}*",
+            filter_expression=where,
             num_results=offset + limit,
         )
         knn.paging(offset, limit)
@@ -257,6 +291,28 @@ class MemoryStore:
             if memory is not None:
                 found.append(memory)
         return found
+
+    async def heard_ids(self, owner: str, domain: str, hearers: Collection[str] | None) -> list[str]:
+        """The ids of the owner's memories in `domain` heard by all of `hearers` or said
+        `--everywhere` (None: only those)."""
+        condition = "@everywhere:{true}"
+        if hearers:
+            every = " ".join("@heard:{" + tag(h) + "}" for h in sorted(hearers))
+            condition = f"({condition} | ({every}))"
+        reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+            "FT.SEARCH", HEARERS_INDEX, f"{owned(owner, domain)} {condition}",
+            "RETURN", 1, "key", "LIMIT", 0, HEARERS_LIMIT, "DIALECT", 2,
+        )  # fmt: skip
+        return hearers_reply_ids(reply)
+
+    async def count(self, owner: str, domain: str) -> int:
+        """How many memories the owner has in `domain` (one counting query, no document read)."""
+        reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+            "FT.SEARCH", HEARERS_INDEX, owned(owner, domain), "LIMIT", 0, 0, "DIALECT", 2
+        )
+        if isinstance(reply, dict):
+            return int(reply.get(b"total_results") or reply.get("total_results") or 0)
+        return int(reply[0])
 
     async def delete(self, owner: str, domain: str | None, ids: Sequence[str]) -> int:
         """Delete these of the owner's memories (None: in any tenant); how many were deleted."""
@@ -323,6 +379,44 @@ async def set_up_indexes(store: AsyncRedisStore) -> None:
             f"but the embedding model gives {wanted}: drop that index and its memories, or "
             "configure the model it was built with."
         )
+
+
+async def set_up_hearers_index(redis: Redis) -> None:
+    """HEARERS_INDEX, once (another replica may have just made it)."""
+    try:
+        await redis.execute_command("FT.CREATE", HEARERS_INDEX, *HEARERS_SCHEMA)  # type: ignore[no-untyped-call]
+    except Exception as exc:  # redis-py's ResponseError
+        if "already exists" not in str(exc).lower():
+            raise
+
+
+def owned(owner: str, domain: str) -> str:
+    """The hearers index's condition for one owner's memories in one tenant."""
+    return "@owner:{" + tag(owner) + "} @domain:{" + tag(domain) + "}"
+
+
+def tag(value: str) -> str:
+    """`value` as one TAG term (its punctuation escaped)."""
+    return str(_ESCAPER.escape(value))
+
+
+def hearers_reply_ids(reply: Any) -> list[str]:
+    """The `key` values of an FT.SEARCH reply (RESP2 list or RESP3 map)."""
+    out: list[str] = []
+    if isinstance(reply, dict):
+        results: list[Any] = reply.get(b"results") or reply.get("results") or []
+        for r in results:
+            row: dict[Any, Any] = r.get(b"extra_attributes") or r.get("extra_attributes") or {}
+            value = row.get(b"key", row.get("key"))
+            if value is not None:
+                out.append(value.decode() if isinstance(value, bytes) else str(value))
+        return out
+    for fields in reply[2::2] if isinstance(reply, list) else ():
+        pairs = _pairs(fields)
+        if "key" in pairs:
+            value = pairs["key"]
+            out.append(value.decode() if isinstance(value, bytes) else str(value))
+    return out
 
 
 async def vector_dims(store: AsyncRedisStore) -> int | None:
