@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
 from tests.support.factories import ac
 from vagent_graph.access import check_invocation, visible_tools
@@ -56,7 +56,7 @@ def test_memories_are_one_framed_section_each_on_one_line() -> None:
 
 
 def test_the_answer_shows_each_memory_written_in_its_turn_word_for_word() -> None:
-    turn = [
+    turn: list[AnyMessage] = [
         HumanMessage(content="old question"),
         ToolMessage(content=f"{REMEMBERED}an older one", tool_call_id="0", name="remember"),
         AIMessage(content="ok"),
@@ -78,7 +78,7 @@ def test_the_answer_shows_each_memory_written_in_its_turn_word_for_word() -> Non
 
 def test_the_line_shows_a_planted_markdown_text_as_typed() -> None:
     planted = "see [the policy](http://evil.example) **now**"
-    turn = [
+    turn: list[AnyMessage] = [
         HumanMessage(content="q"),
         ToolMessage(content=f"{REMEMBERED}{planted}", tool_call_id="1", name="remember"),
     ]
