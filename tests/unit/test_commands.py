@@ -7,8 +7,30 @@ import pytest
 from vagent_bot.commands import Command, parse_command
 from vagent_bot.commands import help_text as make_help
 from vagent_bot.rendering import render_markdown
-from vagent_bot.routing import parse_message, should_answer
+from vagent_bot.routing import Decision, parse_message, should_answer
 from vagent_shared.memory import Forget, ListMemories, Remember, parse_memory_command
+
+
+def routed(body: str) -> Decision:
+    """What routing makes of `body` sent into a group room (prefix `!ai`, the bot not mentioned
+    otherwise): whether the bot answers, and the text its commands are parsed from."""
+    raw = {
+        "type": "m.room.message",
+        "event_id": "$e",
+        "sender": "@a:example.org",
+        "content": {"msgtype": "m.text", "body": body},
+    }
+    m = parse_message(raw, "!r:example.org")
+    assert m is not None
+    return should_answer(
+        m,
+        bot_user_id="@vagent:example.org",
+        bot_display_name="vagent",
+        is_dm=False,
+        prefix="!ai",
+        replied_to_sender=None,
+        bot_in_thread=False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,23 +76,7 @@ def test_everything_else_is_a_normal_message(text: str) -> None:
 
 def test_commands_after_prefix_or_mention_via_routing() -> None:
     for body in ("!ai !reset", "vagent: !RESET", "@vagent:example.org !reset now"):
-        raw = {
-            "type": "m.room.message",
-            "event_id": "$e",
-            "sender": "@a:example.org",
-            "content": {"msgtype": "m.text", "body": body},
-        }
-        m = parse_message(raw, "!r:example.org")
-        assert m is not None
-        d = should_answer(
-            m,
-            bot_user_id="@vagent:example.org",
-            bot_display_name="vagent",
-            is_dm=False,
-            prefix="!ai",
-            replied_to_sender=None,
-            bot_in_thread=False,
-        )
+        d = routed(body)
         cmd = parse_command(d.text)
         assert d.answer and cmd is not None and cmd.name == "reset"
 
@@ -135,43 +141,11 @@ def test_help_lists_the_memory_commands_and_says_reset_keeps_memories() -> None:
 def test_memory_commands_are_not_the_bots_and_go_to_the_graph_as_typed(body: str, expected: object) -> None:
     """The graph answers them (it holds the memories): the bot's parser leaves them alone, and
     what routing passes on is what the graph's parser reads."""
-    raw = {
-        "type": "m.room.message",
-        "event_id": "$e",
-        "sender": "@a:example.org",
-        "content": {"msgtype": "m.text", "body": body},
-    }
-    m = parse_message(raw, "!r:example.org")
-    assert m is not None
-    d = should_answer(
-        m,
-        bot_user_id="@vagent:example.org",
-        bot_display_name="vagent",
-        is_dm=False,
-        prefix="!ai",
-        replied_to_sender=None,
-        bot_in_thread=False,
-    )
+    d = routed(body)
     assert d.answer and parse_command(d.text) is None
     assert parse_memory_command(d.text) == expected
 
 
 def test_a_memory_command_in_a_group_room_needs_the_prefix_or_a_mention() -> None:
-    raw = {
-        "type": "m.room.message",
-        "event_id": "$e",
-        "sender": "@a:example.org",
-        "content": {"msgtype": "m.text", "body": "!remember my PIN hint"},
-    }
-    m = parse_message(raw, "!r:example.org")
-    assert m is not None
-    d = should_answer(
-        m,
-        bot_user_id="@vagent:example.org",
-        bot_display_name="vagent",
-        is_dm=False,
-        prefix="!ai",
-        replied_to_sender=None,
-        bot_in_thread=False,
-    )
+    d = routed("!remember my PIN hint")
     assert not d.answer
