@@ -176,6 +176,9 @@ async def close_services(services: Services | None) -> None:
     trail = services.find(AuditTrail)
     if trail is not None:
         await trail.aclose()
+    memories = services.find(Memories)
+    if memories is not None:  # the store's batching task ends with the service
+        await memories.store.aclose()
     registry, tickets = services.find(CredentialRegistry), services.find(TicketService)
     if registry is not None:
         await registry.aclose()
