@@ -502,13 +502,13 @@ def test_make_run_hears_the_voice_sample_and_takes_files(make_run: dict[str, int
 
 def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path: Path) -> None:
     """The README's memory example: remembered in the DM, recalled after `!reset`, listed,
-    never recalled in the room with carol (who did not hear it), forgotten. As bob, whom the
-    demo grants memory too: alice's turns of the tests before would put these seven
-    messages over her flood limit (10 a minute)."""
+    never recalled in the room with carol (who did not hear it), forgotten. As the demo's
+    admin (memory is granted to every demo user): alice and bob send enough messages in the
+    tests around this one that these seven would cross their flood limit (10 a minute)."""
     dm = chat(
         make_run,
         tmp_path,
-        "bob",
+        "admin",
         [
             ("remember that I prefer short answers", r"🧠 Remembered: I prefer short answers"),
             ("!reset", r"I forgot this conversation"),
@@ -520,7 +520,7 @@ def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path
     room = chat(
         make_run,
         tmp_path,
-        "bob",
+        "admin",
         [("what do you remember about me?", r"don't remember anything about you that I may use here")],
         CHAT_WITH="@carol:localhost",
     )
@@ -528,7 +528,7 @@ def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path
     gone = chat(
         make_run,
         tmp_path,
-        "bob",
+        "admin",
         [("!forget 1", r"Forgot: I prefer short answers"), ("!memory", r"You have no memories\.")],
     )
     assert "Forgot" in gone
