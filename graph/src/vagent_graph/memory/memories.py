@@ -177,8 +177,8 @@ class Memories:
     ) -> list[Memory]:
         """The asker's memories `!memory` lists (and `!forget N` numbers), oldest first: in
         a direct chat all of them, elsewhere those this conversation may recall."""
-        mine = [m for m in await self.store.all_of(readership.ac.user_id, readership.ac.active_acl_domain)]
-        mine = [m for m in mine if is_candidate(m, readership.ac)]
+        stored = await self.store.all_of(readership.ac.user_id, readership.ac.active_acl_domain)
+        mine = [m for m in stored if is_candidate(m, readership.ac)]
         if direct:
             return mine
         return [m for m in mine if withheld_reason(m, readership, unchecked=unchecked) is None]
