@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 
 from redis_local import RedisServer, free_port
 from tests.support.factories import ac
-from tests.support.knowledge import local_embedder
+from tests.support.knowledge import RecordingEmbedder, local_embedder
 from vagent_graph.memory.memories import Memories
 from vagent_graph.memory.store import MemoryStore
 from vagent_graph.services import Services
@@ -290,3 +290,43 @@ async def test_recall_in_a_group_room_ranks_only_what_everyone_heard(store: Memo
     assert found.withheld == {"not_heard": 6}
     dm = await memories.recall(Readership(alice, None), "", "what do I drink?")
     assert len(dm.memories) == 2 and "g1" not in [m.id for m in dm.memories]  # ranked among all 8
+
+
+async def test_a_message_s_question_is_embedded_when_it_arrives_and_only_once(redis: Redis) -> None:
+    """More memories than recall_k: the question's embedding starts when the message arrives
+    (`prefetch`, before the session's lock and checkpoint), and recall uses that vector."""
+    embedder = RecordingEmbedder()
+    store = MemoryStore(redis, embedder)
+    await store.setup()
+    alice = ac("@a:x.org", [], domain="acme")
+    for n, text in enumerate((*UNRELATED, TEA)):
+        await store.add(memory("@a:x.org", text, n), POLICY)
+    memories = Memories(store, POLICY.model_copy(update={"recall_k": 2}), Services())
+    embedder.batches.clear()
+    memories.prefetch(alice, "what do I drink?")
+    await asyncio.gather(*memories._prefetching)
+    assert embedder.batches == [["what do I drink?"]]  # started before recall asked
+    found = await memories.recall(Readership(alice, None), "", "what do I drink?")
+    assert found.memories[0].text == TEA
+    assert embedder.batches == [["what do I drink?"]]  # recall did not embed it again
+    await store.aclose()
+
+
+async def test_no_question_is_embedded_for_someone_with_few_memories(redis: Redis) -> None:
+    """At most recall_k memories: all are candidates, so neither the message's arrival nor
+    recall embeds the question."""
+    embedder = RecordingEmbedder()
+    store = MemoryStore(redis, embedder)
+    await store.setup()
+    alice, bob = ac("@a:x.org", [], domain="acme"), ac("@b:x.org", [], domain="acme")
+    await store.add(memory("@a:x.org", TEA), POLICY)
+    memories = Memories(store, POLICY, Services())
+    embedder.batches.clear()
+    for who in (alice, bob):  # bob has none at all
+        memories.prefetch(who, "what do I drink?")
+    await asyncio.gather(*memories._prefetching)
+    found = await memories.recall(Readership(alice, None), "", "what do I drink?")
+    assert [m.text for m in found.memories] == [TEA]
+    assert (await memories.recall(Readership(bob, None), "", "what do I drink?")).memories == []
+    assert embedder.batches == []
+    await store.aclose()

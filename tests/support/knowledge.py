@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import numpy as np
 from redis.asyncio import Redis
 
 from vagent_graph.knowledge.doc_store import DocumentStore
@@ -19,6 +21,26 @@ from vagent_shared.knowledge import DocumentFormat, DocumentInfo
 def local_embedder() -> LocalEmbedder:
     """The offline model, loaded once for the whole test session (~0.5 s)."""
     return LocalEmbedder()
+
+
+class RecordingEmbedder:
+    """The offline model, recording each batch it is given; `fail` makes the next call fail
+    (an embeddings endpoint that is down)."""
+
+    def __init__(self) -> None:
+        self.inner = local_embedder()
+        self.model_id = self.inner.model_id
+        self.batches: list[list[str]] = []
+        self.fail = False
+        self.called = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        self.called.set()
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("embedding endpoint down")
+        return await self.inner.embed(texts)
 
 
 @asynccontextmanager

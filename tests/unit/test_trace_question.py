@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support.factories import ac
-from vagent_graph.cli.trace import COLUMNS, describe, table_header, table_row
+from vagent_graph.cli.output import header
+from vagent_graph.cli.trace import COLUMNS, describe, table_row
 from vagent_graph.turns import TurnRecorder, new_trace
 from vagent_shared.traces import QUESTION_CHARS, TurnTrace, question_line
 
@@ -72,15 +73,15 @@ def test_a_new_turn_records_its_question_and_a_resume_keeps_it() -> None:
 
 
 def test_trace_list_ends_each_row_with_the_question_cut_to_its_column() -> None:
-    assert table_header().split()[-1] == "QUESTION" and COLUMNS[-1] == ("QUESTION", 40)
+    assert header(COLUMNS).split()[-1] == "QUESTION" and COLUMNS[-1] == ("QUESTION", 40)
     short = table_row(trace("what is on my calendar this week?"))
     assert short.endswith("  what is on my calendar this week?")
     long = table_row(trace("How many records are older than 2019 in the records database of acme?"))
     assert long.endswith("  How many records are older than 2019 in…")
     assert table_row(trace("")).endswith("  -")  # stored by an older version
     assert table_row(trace("clear \x1b[2J the screen")).endswith("clear ?[2J the screen")
-    header = table_header()
-    assert short.index("what is on my") == header.index("QUESTION")  # under its title
+    titles = header(COLUMNS)
+    assert short.index("what is on my") == titles.index("QUESTION")  # under its title
 
 
 def test_trace_show_prints_the_question() -> None:

@@ -10,7 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from tests.support.factories import ac
-from vagent_graph.cli.trace import describe, table_header, table_row
+from vagent_graph.cli.output import header
+from vagent_graph.cli.trace import COLUMNS, describe, table_row
 from vagent_graph.erasure import their_trace_pointers
 from vagent_graph.scope import DocRef, ResultScope
 from vagent_graph.tool_calls import answered_after, room_may_see
@@ -167,5 +168,5 @@ def test_vagent_trace_prints_the_turn_without_terminal_escapes() -> None:
         in text
     )
     assert "\x1b" not in text
-    assert table_header().startswith("STARTED (UTC)")
+    assert header(COLUMNS).startswith("STARTED (UTC)")
     assert table_row(t).split()[1:4] == ["a" * 32, "answered", ALICE]

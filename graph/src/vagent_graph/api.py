@@ -270,6 +270,10 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
         )
     log.debug("process_message", user_id=body.user_id, chars=len(body.message))
     sid = body.session_id
+    command = parse_memory_command(body.message) if not body.attachments else None
+    memories = resources.services.find(Memories)
+    if memories is not None and command is None and not body.attachments:
+        memories.prefetch(body.ac_context, body.message)  # recall's embedding, started now
 
     lock = await acquire(resources, sid)
 
@@ -277,7 +281,6 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
         await close_stale_question(resources, sid)
 
     files = [a.name for a in body.attachments]
-    command = parse_memory_command(body.message) if not body.attachments else None
     # A memory command's trace names the command, never the text of a memory.
     asked = body.message if command is None else "!" + body.message.strip()[1:].split(maxsplit=1)[0]
     turn = TurnRecorder(new_trace(sid, body.ac_context, body.audience, asked, files))

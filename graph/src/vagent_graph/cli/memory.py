@@ -33,7 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from vagent_graph.cli.output import cell, complain, plural, printable, say, unreachable
+from vagent_graph.cli.output import cell, complain, header, plural, printable, say, unreachable
 from vagent_graph.erasure import valid_user_id
 from vagent_shared import redis_connect
 from vagent_shared.audit import AuditEvent
@@ -87,10 +87,6 @@ COLUMNS: tuple[tuple[str, int], ...] = (
     ("ORIGIN", 7),
     ("TEXT", 0),
 )
-
-
-def table_header() -> str:
-    return "  ".join(title.ljust(width) for title, width in COLUMNS).rstrip()
 
 
 def table_row(m: Memory) -> str:
@@ -211,7 +207,7 @@ def list_(
     if not memories:
         say(f"No memories of {printable(user_id)}.")
         return
-    say(table_header())
+    say(header(COLUMNS))
     for m in memories:
         say(table_row(m))
     say(f"{plural(len(memories), 'memory', 'memories')} of {printable(user_id)}.")

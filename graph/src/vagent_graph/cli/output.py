@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 
 from vagent_graph.cli import run_env
 from vagent_shared import redis_connect
@@ -35,6 +36,11 @@ def cell(text: str, width: int) -> str:
     """`text` printable, cut to `width` with an ellipsis."""
     flat = printable(text)
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def header(columns: Sequence[tuple[str, int]]) -> str:
+    """A table's header line: each title padded to its column's width."""
+    return "  ".join(title.ljust(width) for title, width in columns).rstrip()
 
 
 def plural(n: int, noun: str, nouns: str) -> str:

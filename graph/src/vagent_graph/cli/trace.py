@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from vagent_graph.audit_reader import parse_when
 from vagent_graph.cli.common import load_settings
-from vagent_graph.cli.output import cell, complain, printable, say, unreachable
+from vagent_graph.cli.output import cell, complain, header, printable, say, unreachable
 from vagent_graph.erasure import valid_user_id
 from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
 from vagent_shared import redis_connect
@@ -162,10 +162,6 @@ COLUMNS: tuple[tuple[str, int], ...] = (
 )
 
 
-def table_header() -> str:
-    return "  ".join(title.ljust(width) for title, width in COLUMNS).rstrip()
-
-
 def table_row(t: TurnTrace) -> str:
     """One turn, in COLUMNS' order; the question last ("-": not recorded)."""
     values = (
@@ -273,6 +269,6 @@ def list_(
     if as_json:
         say(json.dumps([t.model_dump(mode="json") for t in found], indent=2))
         return
-    say(table_header())
+    say(header(COLUMNS))
     for t in found:
         say(table_row(t))

@@ -4,6 +4,7 @@ counts, never the text). The decisions are rules.py's; this is the I/O around th
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import Counter
@@ -44,6 +45,10 @@ class Recall:
     withheld: Counter[WithheldReason]
 
 
+async def _none() -> None:
+    return None
+
+
 def room_of(session_id: str) -> str:
     return SessionId.parse(session_id).room_id if SessionId.is_valid(session_id) else ""
 
@@ -56,6 +61,8 @@ class Memories:
         self.policy = policy
         #: The audit trail is looked up here, when used (Services is complete by then).
         self.services = services
+        #: Questions' embeddings being started (a task is kept until it ends).
+        self._prefetching: set[asyncio.Task[None]] = set()
 
     # ---- writing -------------------------------------------------------------------------
     async def write(
@@ -114,6 +121,24 @@ class Memories:
         return memory
 
     # ---- recall --------------------------------------------------------------------------
+    def prefetch(self, ac: AcContext, question: str) -> None:
+        """A message arrived: start embedding its question now, while the session's lock,
+        its checkpoint and the graph's start are awaited, when recall will rank (the asker
+        has more than `recall_k` memories). Returns at once; recall finds the vector ready
+        or in flight (bench-memory: the embedding is most of recall's cost)."""
+        if not self.policy.recall_k or not question.strip() or not ac.user_id:
+            return
+        task = asyncio.create_task(self._prefetch(ac, question), name="memory-prefetch")
+        self._prefetching.add(task)
+        task.add_done_callback(self._prefetching.discard)
+
+    async def _prefetch(self, ac: AcContext, question: str) -> None:
+        try:
+            if await self.store.count(ac.user_id, ac.active_acl_domain) > self.policy.recall_k:
+                self.store.warm(question)
+        except Exception as exc:  # recall will try again, and say so if it fails
+            log.debug("memory_prefetch_failed", error_type=type(exc).__name__)
+
     async def recall(
         self, readership: Readership, session_id: str, query: str, *, unchecked: bool = False
     ) -> Recall:
@@ -123,23 +148,28 @@ class Memories:
         found: list[Memory] = []
         withheld: Counter[WithheldReason] = Counter()
         started = time.perf_counter()
-        # Most people have a few memories: with at most k of them, all are candidates and
-        # the question need not be embedded (no ranking to do).
-        few = await self.store.search(ac.user_id, ac.active_acl_domain, "", k + 1) if k else []
-        if len(few) <= k:
-            found, withheld = recallable(few, readership, k, unchecked=unchecked)
+        owner, domain = ac.user_id, ac.active_acl_domain
         # Who must have heard a memory, asked of Redis too (all of the asker's in a DM).
         readers = readers_now(ac, readership.audience, unchecked=unchecked)
-        heard_by: frozenset[str] | None = frozenset() if readers == frozenset({ac.user_id}) else readers
-        if len(few) > k and heard_by != frozenset():  # those Redis leaves out are withheld too
-            heard = await self.store.heard_ids(ac.user_id, ac.active_acl_domain, heard_by)
-            unheard = await self.store.count(ac.user_id, ac.active_acl_domain) - len(heard)
-            if unheard > 0:
-                withheld["not_heard"] += unheard
+        heard_by: frozenset[str] | None = frozenset() if readers == frozenset({owner}) else readers
+        # Both asked at once: how many memories the asker has, and which of them the readers
+        # heard (those Redis leaves out are withheld too).
+        count, heard = await asyncio.gather(
+            self.store.count(owner, domain),
+            self.store.heard_ids(owner, domain, heard_by) if heard_by != frozenset() else _none(),
+        )
+        if count <= k:  # most people have a few: all are candidates, no ranking, no embedding
+            if count:
+                few = await self.store.search(owner, domain, "", k + 1)
+                found, withheld = recallable(few, readership, k, unchecked=unchecked)
+        elif heard is not None and count > len(heard):
+            withheld["not_heard"] += count - len(heard)
         page, offset = max(2 * k, MIN_PAGE), 0
-        while len(few) > k and len(found) < k and offset < self.policy.max_per_user:
+        while count > k and len(found) < k and offset < self.policy.max_per_user:
+            if heard is not None and not heard:
+                break
             batch = await self.store.search(
-                ac.user_id, ac.active_acl_domain, query or "", page, offset, hearers=heard_by
+                owner, domain, query or "", page, offset, hearers=heard_by, heard=heard
             )
             more, held = recallable(batch, readership, k - len(found), unchecked=unchecked)
             found += more
