@@ -240,3 +240,38 @@ def memory_namespace(user_id: str, domain: str | None = None) -> tuple[str, ...]
     """A user's memories in one tenant (`domain`), or in every tenant (None: a prefix)."""
     base = (MEMORY_NAMESPACE, memory_label(user_id))
     return base if domain is None else (*base, memory_label(domain))
+
+
+# ---- scheduled tasks (bot runs them; the graph's schedule_task tool writes them) ------------
+
+#: Sorted set of job ids scored by their next due time (epoch seconds): what is due next.
+SCHEDULE_DUE = "schedule:due"
+#: Sorted set of runs (`RunClaim.run_id`) claimed but not yet started, scored by the end of
+#: the claimant's lease: a bot that died before starting one leaves it to be taken over.
+SCHEDULE_CLAIMED = "schedule:claimed"
+
+
+def schedule_job(job_id: str) -> str:
+    """The job itself (ScheduledJob JSON)."""
+    return f"schedule:job:{job_id}"
+
+
+def schedule_jobs_of(user_id: str) -> str:
+    """Set of the job ids `user_id` owns (listing, limits, erasure)."""
+    return f"schedule:user:{user_id}"
+
+
+def schedule_numbers(user_id: str) -> str:
+    """Counter giving `user_id`'s next job number (stable: never reused)."""
+    return f"schedule:seq:{user_id}"
+
+
+def schedule_run(run_id: str) -> str:
+    """A run's identity marker ("claimed" / "started" / the outcome), SET NX when claimed,
+    kept for a while after: the same (job, due) is never run twice."""
+    return f"schedule:run:{run_id}"
+
+
+def schedule_timezone(user_id: str) -> str:
+    """The user's time zone (`!timezone Europe/Oslo`), an IANA name."""
+    return f"schedule:tz:{user_id}"

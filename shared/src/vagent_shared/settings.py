@@ -46,6 +46,15 @@ class CommonSettings(BaseSettings):
     #: Put prompt and answer text on OpenTelemetry spans (off: lengths only). Never credentials.
     OTEL_CAPTURE_CONTENT: bool = False
 
+    # ---- scheduled tasks (docs/schedules.md) ----
+    #: The zone times are read in for a user who set
+    #: none (`!timezone`), jobs per user, the shortest interval of a recurring job, and how
+    #: late a one-off missed while no bot ran may still run.
+    SCHEDULE_DEFAULT_TZ: str = "UTC"
+    SCHEDULE_MAX_PER_USER: int = Field(default=10, ge=0)
+    SCHEDULE_MIN_INTERVAL_SECONDS: int = Field(default=900, ge=1)
+    SCHEDULE_GRACE_SECONDS: int = Field(default=3600, ge=0)
+
 
 class GraphSettings(CommonSettings):
     """Graph service settings (documented in README.md)."""
