@@ -96,6 +96,8 @@ class RunClaim(BaseModel):
     due: datetime
     #: Seconds late when claimed (due -> claim), for the lag histogram.
     lag_seconds: float = 0.0
+    #: Who holds it (a bot process's id): only the holder may start or finish it.
+    claimant: str = ""
 
     @property
     def run_id(self) -> str:
