@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test soak unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-attachments bench-memory lock clean
+.PHONY: help venv run chat test soak soak-schedules unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-attachments bench-memory lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -33,6 +33,9 @@ pytest: venv  ## the test suite (unit, integration, end-to-end)
 
 soak: venv  ## fault soak: the bot SIGKILLed at random over SOAK_MESSAGES (500) messages; each answered once
 	$(BIN)/python -m pytest -m soak tests/e2e/test_faults_e2e.py -s $(PYTEST_ARGS)
+
+soak-schedules: venv  ## schedule soak: recurring jobs and one-offs over SOAK_SCHEDULE_RUNS (200) due runs, the bot SIGKILLed at random; each run once, none after its job was deleted
+	$(BIN)/python -m pytest -m soak tests/e2e/test_schedules_soak_e2e.py -s $(PYTEST_ARGS)
 
 unit: venv  ## only the fast tests that need no server
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -15,7 +15,7 @@ x 200 memories each in one Redis, at 20 concurrent conversations; Redis bytes pe
    wait of ``--model-ms`` (300: a stress far above a real model's pace, ~66 questions/s at
    20 conversations), ``--stress-turns`` turns each, in three modes alternating by block:
    no recall, recall, recall of questions already embedded. Also: the recall step for a user
-   without memories (mostly the question's embedding), one page of the library's
+   without memories (nothing to rank: no embedding), one page of the library's
    ``asearch`` against ``MemoryStore.search``, and another user's memories recalled (0).
 3. Turns through the graph (the headline and the verdict; bench/memory_turns.py). The paced
    model stand-in of bench_capacity (first token after ``--ttft-ms``, then ``--chunks``
@@ -65,6 +65,7 @@ for _p in (ROOT, ROOT / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+from bench.bench_capacity import git_state  # noqa: E402
 from bench.common import (  # noqa: E402
     BenchError,
     cancel_on_sigint,
@@ -328,8 +329,8 @@ async def run_turns(
 
 
 async def empty_store_recall(store: MemoryStore, convs: Conversations, k: int) -> list[float]:
-    """The recall step for a user without memories (the question's embedding and an empty
-    KNN), the same questions, one conversation at a time."""
+    """The recall step for a user without memories (recall sees there is nothing to rank and
+    embeds nothing), the same questions, one conversation at a time."""
     nobody = readership(-1, group=False)
     out = []
     for questions in convs.questions:
@@ -467,7 +468,7 @@ def print_recall(r: dict[str, Any], conf: dict[str, Any]) -> None:
     )
     print(
         f"   empty store (1 conv.) p50 {empty['p50']:5.1f} ms  p99 {empty['p99']:5.1f} ms "
-        "(mostly the question's embedding)"
+        "(a user without memories: nothing to rank, so no embedding)"
     )
     lib, own = r["one_page_ms"]["library_asearch"], r["one_page_ms"]["memory_store_search"]
     print(
@@ -528,6 +529,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"   config  : {conf['users']:,} users x {conf['per_user']} memories, "
         f"{conf['conversations']} conversations x {conf['turns']} graph turns per mode"
     )
+    conf["code"] = git_state()  # the graph code measured (the working tree)
+    print(f"   code    : {conf['code']}")
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-memory-")))
         (tmp / "redis").mkdir()
@@ -535,7 +538,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.callback(server.stop)
         server.start()
         figures = asyncio.run(store_level(server.url, conf))
-        turns = graph_turns(server.url, tmp, conf)
+        assert server.proc is not None
+        turns = graph_turns(server.url, server.proc.pid, tmp, conf)
     print_graph_turns(turns, conf)
     return make_results(started, info, conf, **figures, graph_turns=turns, **{"pass": passed(turns)})
 

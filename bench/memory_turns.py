@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ BLOCK = 5
 TARGET_P50_MS, TARGET_P99_MS = 10.0, 30.0
 #: The graph's recall histogram (vagent_graph/metrics.py MEMORY_RECALL_SECONDS): one
 #: observation per recall, with or without memories found.
-RECALL_COUNT = "vagent_graph_memory_recall_seconds_count"
+RECALL_HISTOGRAM = "vagent_graph_memory_recall_seconds"
 #: Each graph's own audit stream, so its memory_* records are told apart.
 AUDIT_STREAM = "bench:audit:{mode}"
 START_TIMEOUT_S = 150.0
@@ -189,14 +190,16 @@ def write_descriptor(tmp: Path, mode: str) -> Path:
     return path
 
 
-def recall_count(service: GraphProcess) -> float:
-    """How many recalls the graph has made (its /metrics)."""
+def recall_totals(service: GraphProcess) -> tuple[float, float]:
+    """How many recalls the graph has made, and their seconds in all (its /metrics)."""
     r = httpx.get(f"{service.url}/metrics", headers=service.headers, timeout=10)
     r.raise_for_status()
+    found = {"count": 0.0, "sum": 0.0}
     for line in r.text.splitlines():
-        if line.startswith(RECALL_COUNT + " "):
-            return float(line.split()[1])
-    return 0.0
+        name, _, value = line.partition(" ")
+        if name.removeprefix(RECALL_HISTOGRAM + "_") in found and name.startswith(RECALL_HISTOGRAM):
+            found[name.removeprefix(RECALL_HISTOGRAM + "_")] = float(value)
+    return found["count"], found["sum"]
 
 
 async def audit_memory_records(redis_url: str, stream: str) -> dict[str, Any]:
@@ -250,16 +253,17 @@ async def run_block(
 
 
 async def drive(
-    services: dict[str, GraphProcess], convs: list[Conversation], conf: dict[str, Any]
+    services: dict[str, GraphProcess], convs: list[Conversation], conf: dict[str, Any], redis_pid: int
 ) -> dict[str, Any]:
-    """Warm-up turns on each graph, then the measured blocks, alternating; per mode the turns
-    and the graph's CPU seconds while it had traffic, and the recalls each graph made."""
+    """Warm-up turns on each graph, then the measured blocks, alternating; per mode the turns,
+    the CPU seconds of the graph, of Redis and of these clients while it had traffic, and the
+    recalls each graph made."""
     cancel_on_sigint()
     turn_s = (conf["ttft_ms"] + conf["chunks"] * conf["chunk_ms"]) / 1000
     warm, total = conf["warmup"], conf["warmup"] + conf["turns"]
     pids = {mode: s.proc.pid for mode, s in services.items() if s.proc is not None}
     turns: dict[str, list[Turn]] = {mode: [] for mode in MODES}
-    cpu = dict.fromkeys(MODES, 0.0)
+    cpu = {mode: {"graph": 0.0, "loop": 0.0, "redis": 0.0, "client": 0.0, "wall": 0.0} for mode in MODES}
     async with contextlib.AsyncExitStack() as stack:
         clients = {mode: await stack.enter_async_context(graph_client(services[mode].url)) for mode in MODES}
         for mode in MODES:
@@ -268,17 +272,19 @@ async def drive(
                 raise BenchError(
                     f"warm-up turns on the memory-{mode.upper()} graph failed: {sorted(set(bad))[:3]}"
                 )
-        recalls0 = {mode: await asyncio.to_thread(recall_count, services[mode]) for mode in MODES}
+        recalls0 = {mode: await asyncio.to_thread(recall_totals, services[mode]) for mode in MODES}
         rss0 = {mode: rss_mb(pids[mode]) for mode in MODES}
         for b, start in enumerate(range(warm, total, BLOCK)):
             block = range(start, min(start + BLOCK, total))
             for mode in MODES if b % 2 == 0 else MODES[::-1]:
-                cpu0 = cpu_seconds(pids[mode])
+                before = readings(pids[mode], redis_pid)
                 turns[mode] += await run_block(clients[mode], convs, mode, block, turn_s, seed=b + 1)
-                cpu[mode] += cpu_seconds(pids[mode]) - cpu0
-        recalls = {
-            mode: await asyncio.to_thread(recall_count, services[mode]) - recalls0[mode] for mode in MODES
-        }
+                for what, value in readings(pids[mode], redis_pid).items():
+                    cpu[mode][what] += value - before[what]
+        recalls = {}
+        for mode in MODES:
+            count, seconds = await asyncio.to_thread(recall_totals, services[mode])
+            recalls[mode] = (count - recalls0[mode][0], seconds - recalls0[mode][1])
     return {
         "turns": turns,
         "cpu": cpu,
@@ -288,23 +294,51 @@ async def drive(
     }
 
 
-def figures_of(turns: list[Turn], cpu_s: float, rss0: float, rss: float, recalls: float) -> dict[str, Any]:
+def readings(graph_pid: int, redis_pid: int) -> dict[str, float]:
+    """CPU seconds so far of the graph (all its threads, and its main thread alone: the
+    event loop), of Redis and of this process (the clients); and the wall clock."""
+    return {
+        "graph": cpu_seconds(graph_pid),
+        "loop": thread_cpu_seconds(graph_pid, graph_pid),
+        "redis": cpu_seconds(redis_pid),
+        "client": sum(os.times()[:2]),
+        "wall": time.perf_counter(),
+    }
+
+
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """utime + stime of one thread of `pid` (its main thread: tid == pid)."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def figures_of(
+    turns: list[Turn], cpu: dict[str, float], rss0: float, rss: float, recalls: tuple[float, float]
+) -> dict[str, Any]:
     ok = [t for t in turns if not t.error]
     errors = [t.error for t in turns if t.error]
+    n = max(1, len(turns))
     return {
         "turns": len(turns),
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:5],
         "ttft_ms": summary([t.first * 1000 for t in ok]),
         "turn_ms": summary([t.end * 1000 for t in ok]),
-        "cpu_s_per_turn": cpu_s / max(1, len(turns)),
+        "cpu_s_per_turn": cpu["graph"] / n,
+        #: the event loop's thread; the rest is other threads (the embedding's, onnxruntime's)
+        "loop_cpu_s_per_turn": cpu["loop"] / n,
+        #: the event loop's share of one core while the mode had traffic (near 1: saturated)
+        "loop_busy": cpu["loop"] / cpu["wall"] if cpu["wall"] else 0.0,
+        "redis_cpu_s_per_turn": cpu["redis"] / n,
+        "client_cpu_s_per_turn": cpu["client"] / n,
         "rss_mb_after_warmup": rss0,
         "rss_mb_at_end": rss,
-        "recalls": recalls,
+        "recalls": recalls[0],
+        "recall_mean_ms": recalls[1] / recalls[0] * 1000 if recalls[0] else 0.0,
     }
 
 
-def graph_turns(redis_url: str, tmp: Path, conf: dict[str, Any]) -> dict[str, Any]:
+def graph_turns(redis_url: str, redis_pid: int, tmp: Path, conf: dict[str, Any]) -> dict[str, Any]:
     """The phase: the paced stand-in and both graphs started, the turns driven, everything
     stopped (also on an error or Ctrl-C); the figures, checked for a real recall on ON."""
     convs = conversations(conf["conversations"], conf["users"], conf["warmup"] + conf["turns"])
@@ -326,7 +360,7 @@ def graph_turns(redis_url: str, tmp: Path, conf: dict[str, Any]) -> dict[str, An
         stack.callback(stop_together, list(services.values()))
         start_together(list(services.values()), START_TIMEOUT_S)
         try:
-            run = asyncio.run(drive(services, convs, conf))
+            run = asyncio.run(drive(services, convs, conf, redis_pid))
         except Exception:
             if not INTERRUPTED.is_set():
                 for mode, s in services.items():
@@ -362,6 +396,7 @@ def graph_turns(redis_url: str, tmp: Path, conf: dict[str, Any]) -> dict[str, An
         "added_ms": {q: on["turn_ms"][q] - off["turn_ms"][q] for q in ("p50", "p99")},
         "added_ttft_ms": {q: on["ttft_ms"][q] - off["ttft_ms"][q] for q in ("p50", "p99")},
         "added_cpu_ms_per_turn": (on["cpu_s_per_turn"] - off["cpu_s_per_turn"]) * 1000,
+        "added_redis_cpu_ms_per_turn": (on["redis_cpu_s_per_turn"] - off["redis_cpu_s_per_turn"]) * 1000,
         "errors": on["errors"] + off["errors"],
         "foreign_memories": on["audit"]["foreign"],
     }
@@ -400,7 +435,8 @@ def print_graph_turns(g: dict[str, Any], conf: dict[str, Any]) -> None:
         )
     print(
         f"   recalls on ON: {on['recalls']:.0f} (expected {on['turns']} turns), "
-        f"on OFF: {off['recalls']:.0f}; audit (warm-up included): {on['audit']['recalled']} memory_recalled, "
+        f"on OFF: {off['recalls']:.0f}; recall inside the ON graph: mean {on['recall_mean_ms']:.1f} ms; "
+        f"audit (warm-up included): {on['audit']['recalled']} memory_recalled, "
         f"{on['audit']['memories'] / max(1, on['audit']['recalled']):.1f} memories each, "
         f"withheld {on['audit']['withheld'] or 0}; another user's: {g['foreign_memories']}"
     )
@@ -409,6 +445,20 @@ def print_graph_turns(g: dict[str, Any], conf: dict[str, Any]) -> None:
         f"ON {on['cpu_s_per_turn'] * 1000:.1f} ms (memory adds {g['added_cpu_ms_per_turn']:.1f} ms); "
         f"RSS OFF {off['rss_mb_after_warmup']:.0f} -> {off['rss_mb_at_end']:.0f} MiB, "
         f"ON {on['rss_mb_after_warmup']:.0f} -> {on['rss_mb_at_end']:.0f} MiB"
+    )
+    print(
+        f"   of which the event loop: OFF {off['loop_cpu_s_per_turn'] * 1000:.1f} ms "
+        f"({off['loop_busy']:.0%} of a core busy), ON {on['loop_cpu_s_per_turn'] * 1000:.1f} ms "
+        f"({on['loop_busy']:.0%}); other threads (embedding): "
+        f"OFF {(off['cpu_s_per_turn'] - off['loop_cpu_s_per_turn']) * 1000:.1f} ms, "
+        f"ON {(on['cpu_s_per_turn'] - on['loop_cpu_s_per_turn']) * 1000:.1f} ms"
+    )
+    print(
+        f"   Redis CPU per turn: OFF {off['redis_cpu_s_per_turn'] * 1000:.1f} ms, "
+        f"ON {on['redis_cpu_s_per_turn'] * 1000:.1f} ms "
+        f"(memory adds {g['added_redis_cpu_ms_per_turn']:.1f} ms); "
+        f"the clients (this process): OFF {off['client_cpu_s_per_turn'] * 1000:.1f} ms, "
+        f"ON {on['client_cpu_s_per_turn'] * 1000:.1f} ms"
     )
     print(f"   errors: ON {on['errors']}/{on['turns']}, OFF {off['errors']}/{off['turns']} turns")
     for mode, m in (("ON", on), ("OFF", off)):

@@ -20,8 +20,9 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import uvicorn
@@ -901,3 +902,48 @@ def test_memory_documents_belong_by_their_namespace() -> None:
     assert erasure.their_memory_keys(keys, replies, ALICE) == keys[:2]
     assert erasure.namespace_of(replies[0]) == redis_keys.memory_namespace(ALICE, "acme")
     assert erasure.their_memory_keys(keys, replies, "@bob:localhost") == []
+
+
+# ---- scheduled tasks (docs/schedules.md) ---------------------------------------------------------
+async def test_forget_deletes_their_scheduled_tasks_and_counts_them(redis_url: str) -> None:
+    from vagent_shared.schedule_store import ScheduleStore
+    from vagent_shared.schedule_times import ParsedSchedule, parse_schedule_command
+    from vagent_shared.schedules import ScheduledJob
+
+    tag = uuid.uuid4().hex[:8]
+    alice, bob, stream = f"@alice-{tag}:localhost", f"@bob-{tag}:localhost", f"audit-forget-sched-{tag}"
+    redis = Redis.from_url(redis_url)
+    store = ScheduleStore(redis)
+    now = datetime.now(UTC)
+    made: dict[str, list[ScheduledJob]] = {}
+    for owner, command in ((alice, "every 2h: digest"), (alice, "in 20m: call Bob"), (bob, "every 2h: his")):
+        parsed = parse_schedule_command(command, now, "UTC", min_interval_seconds=900)
+        assert isinstance(parsed, ParsedSchedule)
+        job = await store.create(
+            owner=owner, room_id="!r:localhost", task=parsed.task, schedule=parsed.schedule,
+            next_due=parsed.first_run, max_per_user=10, now=now,
+        )  # fmt: skip
+        assert isinstance(job, ScheduledJob)
+        made.setdefault(owner, []).append(job)
+    await store.set_timezone(alice, "Europe/Oslo")
+    try:
+        ran = await asyncio.to_thread(
+            run_vagent,
+            ["admin", "forget", alice],
+            {**os.environ, "REDIS_URL": redis_url, "AUDIT_STREAM": stream},
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "schedules" in ran.stdout and "whose name mentions" not in ran.stdout, ran.stdout
+        assert await store.of_user(alice) == [] and await store.timezone_of(alice, "UTC") == "UTC"
+        due = {m.decode() for m in cast(list[bytes], await redis.zrange(redis_keys.SCHEDULE_DUE, 0, -1))}
+        assert not {j.id for j in made[alice]} & due  # no scheduler will ever claim them
+        assert not [k async for k in redis.scan_iter(match=f"schedule:*{alice}*")]
+        for job in made[alice]:
+            assert await redis.exists(redis_keys.schedule_job(job.id)) == 0
+        assert [j.id for j in await store.of_user(bob)] == [made[bob][0].id]  # bob's is his
+        assert made[bob][0].id in due
+        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], await redis.xrange(stream))
+        (forgotten,) = [AuditEvent.from_stream(f) for _, f in entries]
+        assert forgotten.event_type == "user_forgotten" and forgotten.metadata["schedules"] == 2
+    finally:
+        await redis.aclose()

@@ -29,6 +29,7 @@ COMMANDS = {
     "trace": ["show", "list"],
     "admin": ["forget", "genkey"],
     "memory": ["list", "delete"],
+    "schedules": ["list", "delete"],
 }
 
 
@@ -52,7 +53,7 @@ def test_the_top_level_help_lists_every_group_and_completion() -> None:
     for top in (vagent("--help"), run_vagent(["-h"], os.environ)):
         assert top.returncode == 0, top.stderr
         assert top.stdout.startswith("Usage: vagent [OPTIONS] COMMAND [ARGS]...")
-        assert listed(top.stdout) == ["usage", "docs", "audit", "trace", "admin", "memory"]
+        assert listed(top.stdout) == ["usage", "docs", "audit", "trace", "admin", "memory", "schedules"]
         assert "--install-completion" in top.stdout and "--show-completion" in top.stdout
     bare = vagent()
     assert bare.returncode == 2 and "Usage: vagent" in bare.stdout + bare.stderr

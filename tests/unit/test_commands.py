@@ -108,7 +108,7 @@ def test_help_text_defaults_and_renders() -> None:
     text = make_help("!ai")
     assert "**vagent**" in text and "`!ai`" in text
     html = render_markdown(text)
-    assert html.count("<li>") == 10 and "<strong>vagent</strong>" in html and "<blockquote>" in html
+    assert html.count("<li>") == 14 and "<strong>vagent</strong>" in html and "<blockquote>" in html
     assert "<code>!ai</code>" in html
 
 

@@ -4,7 +4,7 @@ This module only builds the parts and runs them. Events come in through `sync` (
 exactly once, across restarts and processes), `event_router` decides where each goes,
 `conversation` takes one turn to the graph and streams the answer, `questions` handles the
 answers to the agent's questions; the decisions themselves are pure functions (`routing`,
-`commands`, `invites`, `audience`).
+`commands`, `invites`, `audience`). `scheduler` runs scheduled tasks as turns of their owners.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.questions import Questions
+from vagent_bot.scheduler import MatrixSide, Scheduler
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.sync import SyncHandler
 from vagent_bot.tenants import Tenants
 from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.schedule_store import ScheduleStore
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)
@@ -68,6 +70,13 @@ class VagentBot:
             spawn=self._spawn,
             stopping=self._stopping,
         )
+        #: Scheduled tasks: due runs claimed, checked again and answered (scheduler.py).
+        self.scheduler = Scheduler(
+            ScheduleStore(redis),
+            MatrixSide(client, self.conversations, settings),
+            grace_seconds=settings.SCHEDULE_GRACE_SECONDS,
+            audit=audit,
+        )
         self.sync = SyncHandler(
             settings,
             client,
@@ -84,6 +93,7 @@ class VagentBot:
         await self.events.learn_display_name()
         self.client.add_response_callback(self.sync.on_sync, SyncResponse)  # type: ignore[arg-type]
         self._spawn(self.sync.keep_leases())
+        self._spawn(self.scheduler.run())  # starts once the first sync is done
         backoff = 1.0
         while not self._stopping.is_set():
             since = await self.sync.resume_token()
@@ -110,7 +120,7 @@ class VagentBot:
     async def stop(self, grace_seconds: float = 20.0) -> None:
         """SIGTERM: stop syncing (the token is already saved), finish or cancel runs."""
         self._stopping.set()
-        await self.workers.shutdown(grace_seconds)
+        await asyncio.gather(self.workers.shutdown(grace_seconds), self.scheduler.stop(grace_seconds))
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

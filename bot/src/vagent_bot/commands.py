@@ -1,4 +1,6 @@
-"""The bot's own commands (`!help`, `!reset`, `!stop`, `!why`), recognised before the agent sees a message.
+"""The bot's own commands (`!help`, `!reset`, `!stop`, `!why`, and the schedule commands
+`!schedule`, `!schedules`, `!unschedule`, `!timezone`: `schedule_commands`), recognised before
+the agent sees a message.
 
 Parsing runs on the text routing already cleaned of prefix, mention and reply fallback.
 An unknown `!word` is not an error: it is returned as None and goes to the agent like any
@@ -15,8 +17,17 @@ from typing import Literal
 
 from vagent_shared.hitl import YES_NO, format_question
 
-CommandName = Literal["help", "reset", "stop", "why"]
-COMMANDS: tuple[CommandName, ...] = ("help", "reset", "stop", "why")
+CommandName = Literal["help", "reset", "stop", "why", "schedule", "schedules", "unschedule", "timezone"]
+COMMANDS: tuple[CommandName, ...] = (
+    "help",
+    "reset",
+    "stop",
+    "why",
+    "schedule",
+    "schedules",
+    "unschedule",
+    "timezone",
+)
 _BY_NAME: dict[str, CommandName] = {c: c for c in COMMANDS}
 
 _COMMAND = re.compile(r"!(\w+)(?:\s+(.*))?", re.DOTALL)
@@ -40,8 +51,9 @@ def parse_command(text: str) -> Command | None:
     return Command(name=name, args=(m.group(2) or "").strip())
 
 
-def help_text(prefix: str, agent_name: str = "vagent") -> str:
-    """The `!help` answer (Markdown): how to address the bot, its commands, confirmations."""
+def help_text(prefix: str, agent_name: str = "vagent", default_tz: str = "UTC") -> str:
+    """The `!help` answer (Markdown): how to address the bot, its commands, confirmations.
+    `default_tz`: SCHEDULE_DEFAULT_TZ, the zone of a user who set none."""
     example = format_question("Delete 3 records older than 2020-01-01?", YES_NO)
     return f"""\
 **{agent_name}** is an AI assistant: ask it questions in plain language and it answers \
@@ -73,6 +85,18 @@ numbered, with when and where each was written.
 
 When {agent_name} remembers something on its own, its answer says so in a line starting with \
 🧠 Remembered, so nothing is remembered silently.
+
+**Scheduled tasks** (run later as you, with your access checked again at every run; the \
+answer is posted here, below a line starting with ⏰ Scheduled)
+- `!schedule WHEN: TASK`: for example `!schedule in 20m: remind me to call Bob`, \
+`!schedule at 2026-12-01 14:00: …`, `!schedule every 2h: …`, \
+`!schedule every weekday at 09:00: list my open tickets` or `!schedule cron 0 9 * * 1-5: …`. \
+The answer gives the task's number and its next run.
+- `!schedules`: your scheduled tasks here (in a direct chat: all of them), numbered, with \
+their next run and last result.
+- `!unschedule N`: delete task N; `!schedule pause N` / `!schedule resume N`: pause or resume it.
+- `!timezone Europe/Oslo`: the time zone your times are in (given and shown); `!timezone` \
+alone shows yours ({default_tz} until you set one).
 
 **Confirmations**
 Before doing something that changes data, {agent_name} asks first, for example:

@@ -216,6 +216,52 @@ class Conversations:
         )
         await self.converse(sid, answer, lambda: self.graph.process_message(req), msg.server_ts / 1000)
 
+    async def run_scheduled(
+        self,
+        *,
+        owner: str,
+        room_id: str,
+        thread_root: str,
+        reply_to: str,
+        text: str,
+        access: AccessResult,
+        audience: Audience | None,
+        sent_at: float,
+    ) -> str | None:
+        """A scheduled task as a new turn of its `owner` (scheduler.py), answered in
+        `thread_root` as a reply to `reply_to` (the "⏰ Scheduled" line). The owner's access
+        and the room's audience were just checked afresh by the caller. No flood check: the
+        owner sent nothing now, and a job runs at most every SCHEDULE_MIN_INTERVAL_SECONDS.
+        A confirmation is asked in the thread and only the owner's answer counts (their
+        session). Returns None when answered, else the failure the room was shown."""
+        sid = SessionId(room_id=room_id, thread_id=thread_root, user_id=owner)
+        req = ProcessMessageRequest(
+            session_id=sid.format(),
+            room_id=room_id,
+            user_id=owner,
+            message=text,
+            context={"event_id": reply_to, "thread_root": thread_root, "scheduled": "true"},
+            ac_context=access.ac,  # type: ignore[arg-type]
+            audience=audience,
+            audience_unchecked=await self.audience_unchecked(room_id),
+        )
+        failures: list[str] = []
+
+        async def stream() -> AsyncIterator[SSEEvent]:
+            try:
+                async for ev in self.graph.process_message(req):
+                    if isinstance(ev, ErrorEvent):
+                        failures.append(ev.message)
+                    yield ev
+            except GraphBusy:
+                raise  # retried by converse
+            except GraphError as exc:
+                failures.append(exc.user_message)
+                raise
+
+        await self.converse(sid, self.new_answer(room_id, thread_root, reply_to), stream, sent_at)
+        return failures[-1] if failures else None
+
     async def _short_enough(self, text: str, answer: Answer) -> bool:
         if len(text) <= self.settings.MAX_MESSAGE_CHARS:
             return True
@@ -263,7 +309,11 @@ class Conversations:
 
     async def _command(self, name: str, sid: SessionId, answer: Answer) -> None:
         if name == "help":
-            await answer.notice(help_text(self.settings.COMMAND_PREFIX, self.settings.AGENT_ID))
+            await answer.notice(
+                help_text(
+                    self.settings.COMMAND_PREFIX, self.settings.AGENT_ID, self.settings.SCHEDULE_DEFAULT_TZ
+                )
+            )
         elif name == "reset":
             await self.hitl.drop(sid.format())
             try:

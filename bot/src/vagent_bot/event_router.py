@@ -4,10 +4,10 @@ A reaction may answer a question (`questions`) or ask why (🔍: `why_answers`);
 the session's running answer at once; any other message waits in its session's queue
 (`sessions`), then: `!why`? -> pending question? (`questions`) -> addressed to the bot?
 (`routing`: pure rules) -> tenant domain -> agent access (silent denial, fail closed) ->
-command / flood / length -> the message's files (downloaded only now, after access, and only
-the sender's own: `file_owner`) -> stream the graph's answer (`conversation`), with the room's
-audience (`audience`: who else reads it) resolved once access is granted. Invites are answered
-here too (`invites` decides).
+a schedule command (answered here: `schedule_commands`) -> command / flood / length -> the
+message's files (downloaded only now, after access, and only the sender's own: `file_owner`)
+-> stream the graph's answer (`conversation`), with the room's audience (`audience`: who else
+reads it) resolved once access is granted. Invites are answered here too (`invites` decides).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from vagent_bot.hitl_store import HitlStore
 from vagent_bot.invites import invite_allowed
 from vagent_bot.questions import Questions, loggable
 from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
+from vagent_bot.schedule_commands import ScheduleCommands, parse_schedule_command_words
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.spans import event_span, note_message
 from vagent_bot.sync import Spawn
@@ -36,6 +37,7 @@ from vagent_bot.why import is_why_command
 from vagent_bot.why_answers import WhyAnswers
 from vagent_shared import redis_keys
 from vagent_shared.knowledge import Audience
+from vagent_shared.schedule_store import ScheduleStore
 from vagent_shared.session import SessionId
 from vagent_shared.settings import BotSettings
 
@@ -70,6 +72,8 @@ class EventRouter:
         self.questions, self.conversations = questions, conversations
         #: 🔍 / `!why`: the asker's account of an answer (audited like answers to questions).
         self.why = WhyAnswers(conversations, audit=questions.audit)
+        #: `!schedule`, `!schedules`, `!unschedule`, `!timezone`: answered by the bot itself.
+        self.schedules = ScheduleCommands(settings, ScheduleStore(redis), audit=questions.audit)
         self._finished, self._spawn, self._stopping = finished, spawn, stopping
         self.display_name: str | None = None
 
@@ -228,9 +232,38 @@ class EventRouter:
         if access is None:
             return
         metrics.EVENTS.labels("answered").inc()
+        if msg.media is None and await self._schedule_command(msg, decision.text, is_dm, access, audience):
+            return
         await self.conversations.answer_request(
             msg, sid, decision.text, access, audience, replied_event=replied_event, thread_file=thread_file
         )
+
+    async def _schedule_command(
+        self,
+        msg: IncomingMessage,
+        text: str,
+        is_dm: bool,
+        access: AccessResult,
+        audience: asyncio.Future[Audience | None] | None,
+    ) -> bool:
+        """A schedule command of a user allowed to speak: answered here, as a reply to it (in
+        its thread), never sent to the model. False: no schedule command, go on."""
+        command = parse_command(text)
+        schedule = parse_schedule_command_words(command) if command is not None else None
+        if schedule is None:
+            return False
+        if audience is not None:
+            audience.cancel()  # no graph call follows: nobody else's access is needed
+        reply = await self.schedules.answer(
+            schedule,
+            user=msg.sender,
+            room_id=msg.room_id,
+            thread_root=msg.thread_root,
+            is_dm=is_dm,
+            domain=access.ac.active_acl_domain if access.ac is not None else None,
+        )
+        await self.conversations.answer_for(msg).notice(reply)
+        return True
 
     async def _heard(self, msg: IncomingMessage, early: EarlyAccess) -> str | None:
         """A voice message addressed to the bot while its question waits: its transcript is the

@@ -51,3 +51,13 @@ AUDIT_WRITE_FAILURES = Counter(
     "Audit events not written to the Redis stream (they are still in the JSON log)",
     ["reason"],
 )
+SCHEDULE_RUNS = Counter(
+    "vagent_bot_schedule_runs_total",
+    "Due runs of scheduled tasks, by how they ended",
+    ["outcome"],  # ran, failed, skipped, missed
+)
+SCHEDULE_LAG = Histogram(
+    "vagent_bot_schedule_lag_seconds",
+    "From a scheduled run's due time to its start",
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+)

@@ -18,6 +18,12 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
   - their memories (docs/memory.md), in every tenant: the memory store's documents
     `vagent_memory:{id}` and their embeddings `vagent_memory_vectors:{id}` whose namespace is
     theirs (`memory.{memory_label(user)}.{tenant}`: the document's own `prefix` field says so);
+  - their scheduled tasks (docs/schedules.md): each job `schedule:job:{id}` whose JSON names
+    them as `owner` (found through their set `schedule:user:{user}`), its entry in the due set
+    `schedule:due` (ZREM), their set, their number counter `schedule:seq:{user}` and their time
+    zone `schedule:tz:{user}` (the same keys ScheduleStore.delete_all_of deletes; run markers
+    `schedule:run:{job}@{due}` name no user and expire; a claimed run of a deleted job is
+    never started);
   - so every file they sent: the bot gives a file only to a turn of the person who sent it
     (vagent_bot.file_owner), and the graph keeps it nowhere but in that session's checkpoint
     (its text, its facts) and names it nowhere but in that turn's trace, both erased above;
@@ -98,6 +104,8 @@ KINDS: tuple[str, ...] = (
     "trace_event",
     "memories",
     "memory_vectors",
+    "schedules",
+    "schedule_keys",
 )
 #: The memory store's key prefixes, by kind (`{prefix}:{id}`, JSON documents with a `prefix`
 #: field: the namespace they belong to).
@@ -258,6 +266,27 @@ def their_memory_keys(candidates: Sequence[bytes], replies: Sequence[object], us
     return theirs
 
 
+def their_jobs(candidates: Sequence[bytes], replies: Sequence[object], user_id: str) -> list[bytes]:
+    """The job keys (with their GET replies) whose job is the user's: its own `owner` says so
+    (a job named in their set but owned by someone else is left alone)."""
+    theirs = []
+    for key, reply in zip(candidates, replies, strict=True):
+        if not isinstance(reply, bytes | str):
+            continue
+        try:
+            owner = json.loads(reply).get("owner")
+        except (ValueError, AttributeError):
+            continue
+        if owner == user_id:
+            theirs.append(key)
+    return theirs
+
+
+def job_id_of(key: bytes) -> str:
+    """`schedule:job:{id}` -> the id (the member of `schedule:due`)."""
+    return key_name(key).removeprefix(redis_keys.schedule_job(""))
+
+
 def their_question_pointers(pointers: Iterable[tuple[bytes, object]], user_id: str) -> list[bytes]:
     """`hitl_question:{event}` keys (with their GET replies) that point at one of their sessions."""
     return [
@@ -386,6 +415,7 @@ def plan(redis: Redis, user_id: str, stream: str, audit: bool) -> Plan:
     for kind, prefix in MEMORY_KINDS.items():
         candidates = _scan(redis, redis_keys.glob_escape(prefix + ":") + "*")
         p.keys[kind] = their_memory_keys(candidates, _json_paths(redis, candidates, "$.prefix"), user_id)
+    _plan_schedules(redis, p)
     p.unknown = unknown_keys(_scan(redis, redis_keys.mentioning_pattern(user_id)), p, stream)
     if audit:
         reader = StreamReader(redis, stream)
@@ -425,8 +455,27 @@ def _plan_traces(redis: Redis, p: Plan) -> None:
     p.keys["trace_event"] = their_trace_pointers(_values(redis, pointers), p.trace_ids)
 
 
+def _plan_schedules(redis: Redis, p: Plan) -> None:
+    """Their scheduled jobs (by their set, each checked by its owner) and their per-user keys."""
+    ids = sorted(
+        key_name(i) for i in cast(set[bytes], redis.smembers(redis_keys.schedule_jobs_of(p.user_id)))
+    )
+    candidates = [redis_keys.schedule_job(i).encode() for i in ids]
+    replies = [value for _, value in _values(redis, candidates)]
+    p.keys["schedules"] = their_jobs(candidates, replies, p.user_id)
+    per_user = [
+        redis_keys.schedule_jobs_of(p.user_id),
+        redis_keys.schedule_numbers(p.user_id),
+        redis_keys.schedule_timezone(p.user_id),
+    ]
+    p.keys["schedule_keys"] = [k.encode() for k in per_user if redis.exists(k)]
+
+
 def erase(redis: Redis, p: Plan, stream: str, audit: bool) -> dict[str, int]:
     """Delete what `p` found; how many of each kind went (keys that expired meanwhile do not count)."""
+    # Out of the due set first: no scheduler claims a job from here on.
+    for part in _batches(p.keys["schedules"]):
+        redis.zrem(redis_keys.SCHEDULE_DUE, *[job_id_of(k) for k in part])
     counts: dict[str, int] = {}
     for kind in KINDS:
         counts[kind] = 0

@@ -43,6 +43,7 @@ from vagent_graph.knowledge.retrieval import query_terms
 from vagent_graph.memory.recall import SECTION_HEADER
 from vagent_graph.result_rendering import period_in, render_result
 from vagent_shared.memory import MEMORY_MAX_CHARS, REMEMBER_TOOL, REMEMBERED
+from vagent_shared.schedules import SCHEDULE_TOOL, TASK_MAX_CHARS
 
 OFFLINE_MODEL_NAME = "vagent-offline"
 PREFIX = "(offline model) "
@@ -84,6 +85,24 @@ _BOOK = re.compile(
 _REMEMBER = re.compile(r"^\s*(?:please\s+)?remember(?:\s+that)?\s*[:,]?\s+(?P<text>\S.*)$", re.I | re.S)
 #: "what do you remember about me?": the memories recalled into its system prompt.
 _RECALL = re.compile(r"\bwhat do you (?:remember|know) about me\b", re.I)
+#: "remind me every morning at 9 to ...", "schedule every weekday at 09:00: ...": a
+#: `schedule_task` call (the user confirms it), with the WHEN found by `_WHEN`.
+_SCHEDULE = re.compile(
+    r"^\s*(?:please\s+)?(?P<verb>remind me|schedule)\b[\s:,]*(?P<rest>.*?)[\s.!]*$", re.I | re.S
+)
+_CLOCK = r"(?P<h>\d{1,2})(?::(?P<m>\d{2}))?\s*(?P<ampm>am|pm)?"
+_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_WHEN = re.compile(
+    rf"\b(?:every\s+(?P<day>morning|day|weekday|{'|'.join(_DAYS)})(?:\s+at\s+{_CLOCK})?"
+    r"|every\s+(?P<n>\d+)\s*(?P<unit>seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d)\b"
+    r"|in\s+(?P<in_n>\d+)\s*(?P<in_unit>seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h|days?|d)\b"
+    r"|at\s+(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2})"
+    r"|cron\s+(?P<cron>(?:\S+\s+){4}\S+?)(?=:|\s|$))",
+    re.I,
+)
+_UNIT = {"s": "s", "m": "m", "h": "h", "d": "d"}
+#: A scheduled reminder coming due: "Remind me to water the plants" (no time in it).
+_REMINDER = re.compile(r"^\s*remind me to\s+(?P<what>\S.*?)[\s.!]*$", re.I | re.S)
 _HELP = re.compile(r"\b(help|what can you do|who are you|what are you)\b", re.I)
 _CONNECTED = re.compile(
     r"^\s*how (?:is|are) (?P<name>.+?) (?:connected|related|linked) to .+?[\s?.!]*$", re.I
@@ -130,6 +149,43 @@ def _call(name: str, args: dict[str, Any], offered: set[str]) -> AIMessage:
         content="",
         tool_calls=[{"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}],
     )
+
+
+def schedule_args(verb: str, rest: str, now: datetime) -> dict[str, str] | None:
+    """`schedule_task`'s arguments for "remind me every morning at 9 to X" / "schedule every
+    weekday at 09:00: X" (None: no time the offline model understands, or no task). Wall-clock
+    phrases become cron (read in the user's zone by the tool), "in 20 minutes" an ISO time."""
+    m = _WHEN.search(rest)
+    if m is None:
+        return None
+    task = (rest[: m.start()] + " " + rest[m.end() :]).strip(" \t\n:,;-")
+    if verb.lower() == "remind me":
+        task = "Remind me to " + re.sub(r"^to\s+", "", task, flags=re.I) if task else ""
+    if not task:
+        return None
+    args = {"task": task[:TASK_MAX_CHARS]}
+    if m.group("day"):
+        hour, minute = int(m.group("h") or 9), int(m.group("m") or 0)
+        if m.group("ampm") and m.group("ampm").lower() == "pm" and hour < 12:
+            hour += 12
+        elif m.group("ampm") and m.group("ampm").lower() == "am" and hour == 12:
+            hour = 0
+        if hour > 23 or minute > 59:
+            return None
+        day = m.group("day").lower()
+        dow = "1-5" if day == "weekday" else str(_DAYS.index(day) + 1) if day in _DAYS else "*"
+        args["cron"] = f"{minute} {hour} * * {dow}"
+    elif m.group("n"):
+        args["every"] = m.group("n") + _UNIT[m.group("unit")[0].lower()]
+    elif m.group("in_n"):
+        size = {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group("in_unit")[0].lower()]
+        at = now.astimezone(UTC) + timedelta(seconds=int(m.group("in_n")) * size)
+        args["at"] = at.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    elif m.group("date"):
+        args["at"] = f"{m.group('date')}T{m.group('time')}:00"
+    else:
+        args["cron"] = " ".join(m.group("cron").split())
+    return args
 
 
 def question_of(messages: Sequence[BaseMessage]) -> str:
@@ -187,6 +243,8 @@ def after_tool(
         )
     if content.startswith("The user answered:"):
         return AIMessage(content=PREFIX + "You answered:" + content.removeprefix("The user answered:"))
+    if name == SCHEDULE_TOOL:  # "Scheduled task 3 ...", or why not
+        return AIMessage(content=PREFIX + content.replace("The user can list", "You can list"))
     text = render_result(name, content, question, now)
     if name:  # never the internal name (`server__tool`) in what the person reads
         text = text.replace(name, _label(name))
@@ -214,6 +272,10 @@ def plan_reply(
         return call(REMEMBER_TOOL, {"text": m.group("text").strip()[:MEMORY_MAX_CHARS]})
     if _RECALL.search(text):
         return AIMessage(content=PREFIX + recalled_notes(messages))
+    if (m := _SCHEDULE.match(text)) and (args := schedule_args(m.group("verb"), m.group("rest"), now)):
+        return call(SCHEDULE_TOOL, args)
+    if m := _REMINDER.match(text):
+        return AIMessage(content=PREFIX + f"⏰ Reminder: {m.group('what')}.")
     if m := _DELETE.search(text):
         return call("delete_records", {"older_than": _iso(m.group(3))})
     if _DELETE_UNDATED.search(text):
@@ -468,6 +530,8 @@ def _help(offered: set[str]) -> str:
         "ask_user": '- ask you a clarifying question: "which database?"',
         REMEMBER_TOOL: '- remember something for later conversations: "remember that I prefer short '
         'answers", then "what do you remember about me?"',
+        SCHEDULE_TOOL: '- schedule a task, after you confirm: "remind me every weekday at 9 to check '
+        'my open tickets" (then !schedules lists it)',
         "search_documents": '- search the documents you may read: "what is the travel policy?"',
         "lookup_entities": '- look up people, teams and projects: "who is Ana Costa?"',
         "list_my_tickets": '- show your tickets in the ticket service: "what are my open tickets?"',

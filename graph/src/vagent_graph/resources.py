@@ -34,6 +34,7 @@ from vagent_graph.services.credentials import CredentialRegistry
 from vagent_graph.services.records import RecordsDb, ensure_records_db
 from vagent_graph.services.tickets import TicketService
 from vagent_graph.tools import ToolRegistry
+from vagent_graph.tools.schedule import Scheduling
 from vagent_graph.usage import Usage
 from vagent_graph.workflow import Deps, build_graph
 from vagent_shared import audit_trail, redis_connect
@@ -113,6 +114,7 @@ async def open_resources(
             trail,
             *external_clients(settings, redis),
             *([memories] if memories is not None else []),
+            Scheduling.from_settings(settings, redis),  # the schedule_task tool's jobs
         )
         trail.start()
         deps = Deps(

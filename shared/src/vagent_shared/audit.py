@@ -32,6 +32,11 @@ AuditEventType = Literal[
     "memory_recalled",  # graph: memories given to the model (ids and count)
     "memory_withheld",  # graph: memories not recalled here (count and reason)
     "memory_deleted",  # graph / vagent memory: memories deleted (ids or count, and why)
+    "schedule_created",  # graph tool / bot !schedule: a scheduled job stored (its id, never its task text)
+    "schedule_run",  # bot: a due run of a job started (job id, due time, outcome)
+    "schedule_skipped",  # bot: a due run not made (reason: access, audience, provider down, budget...)
+    "schedule_paused",  # bot: a job paused (by its owner, or after too many skipped runs in a row)
+    "schedule_deleted",  # bot !unschedule / vagent schedules delete / erasure: jobs deleted (and why)
 ]
 Decision = Literal["allowed", "denied", "error", "approved", "declined", "answered", "expired", "done"]
 #: The one field of a stream entry: the event as JSON.

@@ -5,6 +5,7 @@
     vagent trace ...    how a turn came about: show, list (trace.py)
     vagent admin ...    forget a user (GDPR), make a credential-cache key (admin.py)
     vagent memory ...   what the agent remembers about a user: list, delete (memory.py)
+    vagent schedules ... every user's scheduled tasks: list, delete (schedules.py)
     vagent usage        tokens per day, tenant and user (usage.py)
 
 One command rather than one per job, so that `vagent --help` shows a newcomer everything
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 import typer
 
-from vagent_graph.cli import admin, audit, docs, memory, trace, usage
+from vagent_graph.cli import admin, audit, docs, memory, schedules, trace, usage
 
 app = typer.Typer(
     name="vagent",
@@ -35,6 +36,7 @@ app.add_typer(audit.app, name="audit")
 app.add_typer(trace.app, name="trace")
 app.add_typer(admin.app, name="admin")
 app.add_typer(memory.app, name="memory")
+app.add_typer(schedules.app, name="schedules")
 app.command("usage", short_help="Tokens per day, tenant and user.")(usage.usage)
 
 

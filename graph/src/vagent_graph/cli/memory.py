@@ -21,7 +21,6 @@ graph uses). Exit codes: 0 done, 1 no such memory, not confirmed or Redis refuse
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -29,17 +28,13 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from vagent_graph.cli.output import cell, complain, header, plural, printable, say, unreachable
+from vagent_graph.cli.common import on_redis
+from vagent_graph.cli.output import cell, complain, header, plural, printable, say
 from vagent_graph.erasure import valid_user_id
-from vagent_shared import redis_connect
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import stream_bounds
 from vagent_shared.memory import Memory
-from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.settings import GraphSettings
 
 if TYPE_CHECKING:  # loaded when a command runs (see with_store)
@@ -142,30 +137,15 @@ def with_store(work: Callable[[MemoryStore, Redis, GraphSettings], Awaitable[T]]
         complain(PROG, f"invalid settings: {exc}")
         raise typer.Exit(2) from None
 
-    async def run() -> T:
-        redis = redis_connect.connect(settings.REDIS_URL, socket_timeout=30, socket_connect_timeout=5)
+    async def run(redis: Redis) -> T:
+        store = MemoryStore(redis, embedder)
         try:
-            await redis.ping()  # type: ignore[misc]
-            store = MemoryStore(redis, embedder)
-            try:
-                await store.setup()
-                return await work(store, redis, settings)
-            finally:
-                await store.aclose()
+            await store.setup()
+            return await work(store, redis, settings)
         finally:
-            await redis.aclose()
+            await store.aclose()
 
-    try:
-        return asyncio.run(run())
-    except RedisUrlError as exc:
-        complain(PROG, str(exc))
-        raise typer.Exit(2) from None
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        complain(PROG, unreachable(settings.REDIS_URL, exc))
-        raise typer.Exit(2) from None
-    except RedisError as exc:
-        complain(PROG, f"Redis refused: {type(exc).__name__}: {printable(str(exc))[:200]}")
-        raise typer.Exit(1) from None
+    return on_redis(PROG, settings.REDIS_URL, run)
 
 
 async def record_deleted(redis: Redis, settings: GraphSettings, event: AuditEvent) -> None:

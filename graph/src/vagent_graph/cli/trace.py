@@ -21,25 +21,20 @@ a command, 2 bad usage or Redis unreachable.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, TypeVar, get_args
 
 import typer
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.asyncio import Redis
 
 from vagent_graph.audit_reader import parse_when
-from vagent_graph.cli.common import load_settings
-from vagent_graph.cli.output import cell, complain, header, printable, say, unreachable
+from vagent_graph.cli.common import load_settings, on_redis
+from vagent_graph.cli.output import cell, complain, header, printable, say
 from vagent_graph.erasure import valid_user_id
 from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
-from vagent_shared import redis_connect
 from vagent_shared.readers import ResultScope
-from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.traces import ToolCallTrace, TurnOutcome, TurnTrace
 
 PROG = "vagent trace"
@@ -185,24 +180,10 @@ def with_store(work: Callable[[TraceStore], Awaitable[T]]) -> T:
     """Run `work` on the trace store, turning Redis' failures into one line and the exit code."""
     settings = load_settings(PROG)
 
-    async def run() -> T:
-        redis = redis_connect.connect(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
-        try:
-            return await work(TraceStore(redis, settings.TRACE_TTL_SECONDS))
-        finally:
-            await redis.aclose()
+    async def run(redis: Redis) -> T:
+        return await work(TraceStore(redis, settings.TRACE_TTL_SECONDS))
 
-    try:
-        return asyncio.run(run())
-    except RedisUrlError as exc:
-        complain(PROG, str(exc))
-        raise typer.Exit(2) from None
-    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-        complain(PROG, unreachable(settings.REDIS_URL, exc))
-        raise typer.Exit(2) from None
-    except RedisError as exc:
-        complain(PROG, f"Redis refused: {type(exc).__name__}: {exc}")
-        raise typer.Exit(1) from None
+    return on_redis(PROG, settings.REDIS_URL, run, timeout=10)
 
 
 # ---- the command line --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 
 import structlog
 
-from vagent_graph.tools import ask_user, documents, entities, memory, records, tickets
+from vagent_graph.tools import ask_user, documents, entities, memory, records, schedule, tickets
 from vagent_graph.tools.base import Tool
 from vagent_graph.tools.registry import ToolRegistry
 
@@ -19,7 +19,15 @@ ENTRY_POINT_GROUP = "vagent.tools"
 
 def builtin_tools() -> list[Tool]:
     """The tools that ship with the service (an agent descriptor enables some of them)."""
-    return [documents.TOOL, entities.TOOL, *records.TOOLS, *tickets.TOOLS, ask_user.TOOL, memory.TOOL]
+    return [
+        documents.TOOL,
+        entities.TOOL,
+        *records.TOOLS,
+        *tickets.TOOLS,
+        ask_user.TOOL,
+        memory.TOOL,
+        schedule.TOOL,
+    ]
 
 
 def default_registry() -> ToolRegistry:
