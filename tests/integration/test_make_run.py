@@ -53,7 +53,7 @@ def test_readme_names_every_vagent_command_group() -> None:
     from vagent_graph.cli import app
 
     groups = {g.name for g in app.registered_groups} | {c.name for c in app.registered_commands}
-    assert groups == {"docs", "audit", "admin", "usage", "trace", "memory"}, groups
+    assert groups == {"docs", "audit", "admin", "usage", "trace", "memory", "schedules"}, groups
     layout = README.split("Layout:")[1].split("```")[1]
     cli = re.sub(r"\s+", " ", layout.split("cli/ (`vagent`:")[1].split(")")[0])
     row = README.split("| `graph/` (`vagent-graph`; `vagent` with")[1].split(")")[0]
