@@ -114,7 +114,7 @@ def forget(
     """Erase a user's sessions, checkpoints, pending questions, cached credentials, flood
     window and turn traces from Redis; with --audit also their audit entries. One
     `user_forgotten` audit record is written and kept."""
-    settings = load_settings(PROG)
+    settings = load_settings(PROG, CommonSettings)
     try:
         redis = connect(settings.REDIS_URL)
     except RedisUrlError as exc:

@@ -38,6 +38,7 @@ from vagent_graph.cli.common import connect, load_settings
 from vagent_graph.cli.output import cell, complain, skipped, unreachable
 from vagent_shared.audit import AuditEvent, AuditEventType, Decision
 from vagent_shared.redis_connect import RedisUrlError
+from vagent_shared.settings import CommonSettings
 
 PROG = "vagent audit"
 
@@ -177,7 +178,7 @@ def show_export(reader: StreamReader, q: Query, out: TextIO) -> None:
 
 def read(show: Callable[[StreamReader, Query, TextIO], None], q: Query) -> None:
     """Run `show` on the stream, turning Redis' failures into one line and the exit code."""
-    settings = load_settings(PROG)
+    settings = load_settings(PROG, CommonSettings)
     reader: StreamReader | None = None
     code = 0
     try:

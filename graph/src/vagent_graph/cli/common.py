@@ -23,12 +23,14 @@ from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.settings import CommonSettings
 
 T = TypeVar("T")
+S = TypeVar("S", bound=CommonSettings)
 
 
-def load_settings(prog: str) -> CommonSettings:
-    """The settings; a bad one is a usage error (exit 2) that names it."""
+def load_settings(prog: str, kind: type[S]) -> S:
+    """The settings (`kind`: CommonSettings, or GraphSettings for commands that open the
+    graph's stores); a bad one is a usage error (exit 2) that names it."""
     try:
-        return CommonSettings()
+        return kind()
     except ValidationError as exc:
         first = exc.errors()[0]
         complain(prog, f"invalid setting {first['loc'][0]}: {first['msg']}")

@@ -26,10 +26,9 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from vagent_graph.cli.common import on_redis
+from vagent_graph.cli.common import load_settings, on_redis
 from vagent_graph.cli.output import cell, complain, header, plural, printable, say
 from vagent_graph.erasure import valid_user_id
 from vagent_shared.audit import AuditEvent
@@ -115,18 +114,9 @@ def deleted_event(owner: str, ids: Sequence[str], count: int) -> AuditEvent:
 # ---- Redis -------------------------------------------------------------------------------------
 
 
-def load_settings() -> GraphSettings:
-    try:
-        return GraphSettings()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        complain(PROG, f"invalid setting {first['loc'][0]}: {first['msg']}")
-        raise typer.Exit(2) from None
-
-
 def with_store(work: Callable[[MemoryStore, Redis, GraphSettings], Awaitable[T]]) -> T:
     """Run `work` on the memory store, turning failures into one line and the exit code."""
-    settings = load_settings()
+    settings = load_settings(PROG, GraphSettings)
     # The store (and the embedding stack under it) loads only when a command runs.
     from vagent_graph.knowledge.embeddings import make_embedder
     from vagent_graph.memory.store import MemoryStore

@@ -25,10 +25,9 @@ from datetime import UTC, datetime
 from typing import Annotated, TypeVar
 
 import typer
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from vagent_graph.cli.common import on_redis
+from vagent_graph.cli.common import load_settings, on_redis
 from vagent_graph.cli.output import cell, complain, header, plural, printable, say
 from vagent_graph.erasure import valid_user_id
 from vagent_shared.audit import AuditEvent
@@ -120,18 +119,9 @@ def deleted_event(job: ScheduledJob) -> AuditEvent:
 # ---- Redis -------------------------------------------------------------------------------------
 
 
-def load_settings() -> GraphSettings:
-    try:
-        return GraphSettings()
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        complain(PROG, f"invalid setting {first['loc'][0]}: {first['msg']}")
-        raise typer.Exit(2) from None
-
-
 def with_store(work: Callable[[ScheduleStore, Redis, GraphSettings], Awaitable[T]]) -> T:
     """Run `work` on the job store, turning failures into one line and the exit code."""
-    settings = load_settings()
+    settings = load_settings(PROG, GraphSettings)
 
     async def run(redis: Redis) -> T:
         return await work(ScheduleStore(redis), redis, settings)

@@ -35,6 +35,7 @@ from vagent_graph.cli.output import cell, complain, header, printable, say
 from vagent_graph.erasure import valid_user_id
 from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
 from vagent_shared.readers import ResultScope
+from vagent_shared.settings import CommonSettings
 from vagent_shared.traces import ToolCallTrace, TurnOutcome, TurnTrace
 
 PROG = "vagent trace"
@@ -178,7 +179,7 @@ def table_row(t: TurnTrace) -> str:
 
 def with_store(work: Callable[[TraceStore], Awaitable[T]]) -> T:
     """Run `work` on the trace store, turning Redis' failures into one line and the exit code."""
-    settings = load_settings(PROG)
+    settings = load_settings(PROG, CommonSettings)
 
     async def run(redis: Redis) -> T:
         return await work(TraceStore(redis, settings.TRACE_TTL_SECONDS))

@@ -28,6 +28,7 @@ from vagent_graph.usage import day_rows, days_from, parse_since
 from vagent_shared import redis_keys
 from vagent_shared.budgets import UsageRow, usage_day
 from vagent_shared.redis_connect import RedisUrlError
+from vagent_shared.settings import CommonSettings
 
 PROG = "vagent usage"
 
@@ -102,7 +103,7 @@ def usage(
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines (one UsageRow per line)")] = False,
 ) -> None:
     """Tokens per UTC day, tenant and user (a table, or JSON lines)."""
-    settings = load_settings(PROG)
+    settings = load_settings(PROG, CommonSettings)
     today = usage_day()
     try:
         redis = connect(settings.REDIS_URL)
