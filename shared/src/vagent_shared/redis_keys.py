@@ -275,3 +275,20 @@ def schedule_run(run_id: str) -> str:
 def schedule_timezone(user_id: str) -> str:
     """The user's time zone (`!timezone Europe/Oslo`), an IANA name."""
     return f"schedule:tz:{user_id}"
+
+
+# ---- the gateway (docs/gateway.md) ---------------------------------------------------------
+def gateway_thread(thread_id: str) -> str:
+    """One gateway thread: JSON with its owner, tenant, creation time, metadata, status."""
+    return f"gateway:thread:{thread_id}"
+
+
+def gateway_threads_of(user_id: str) -> str:
+    """Sorted set of the thread ids `user_id` owns, scored by last update (search, erasure)."""
+    return f"gateway:user:{user_id}"
+
+
+def gateway_token(token_hash: str) -> str:
+    """A verified access token's user id, under a hash of the token; TTL =
+    GATEWAY_TOKEN_CACHE_SECONDS. The token itself is never stored."""
+    return f"gateway:token:{token_hash}"
