@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,16 @@ class Progress(_Event):
     content: str
 
 
+class HitlAction(BaseModel):
+    """One action a confirmation would run, as the question shows it: the tool's name and
+    its arguments (secrets already masked, as in the question's text). The gateway offers
+    them to LangGraph clients as `action_requests`; the bot shows only the question."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class HitlRequest(_Event):
     """The workflow paused and waits for the same user's answer."""
 
@@ -44,6 +54,8 @@ class HitlRequest(_Event):
     options: list[str] = Field(default_factory=list)
     timeout_seconds: int = Field(default=3600, gt=0)
     interrupt_id: str
+    #: What "yes" runs (empty for questions that run no tool, e.g. a group-room check).
+    actions: list[HitlAction] = Field(default_factory=list)
 
 
 class TextFinal(_Event):
