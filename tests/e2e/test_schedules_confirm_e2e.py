@@ -234,3 +234,55 @@ async def test_a_confirmation_during_a_scheduled_run_asks_the_owner_in_its_threa
     assert len(answers) == 1
     lines = [m for m in await alice.messages_from(stack.users.bot, room) if m.body == SCHEDULED + task]
     assert len(lines) == 1
+
+
+async def test_the_owners_stop_in_its_thread_stops_a_scheduled_answer_and_anothers_does_not(
+    stack: Stack, alice: HumanClient, bob: HumanClient, llm: ScriptedLLMServer, store: ScheduleStore
+) -> None:
+    """`!stop` works on a scheduled run as on a message: only its owner's, in its thread;
+    `!schedules` then shows the run as stopped."""
+    tag = uuid.uuid4().hex[:6]
+    task = f"write the long weekly report {tag}"
+    report = " ".join(f"line{i}" for i in range(120))
+
+    def respond(request: JSON) -> PlannedResponse:
+        if task in text_of(request["messages"][-1]):
+            return TextResponse(report, chunks=120, delay=0.25)  # ~30 s: stopped long before its end
+        return echo_llm(request)
+
+    llm.set_default(respond)
+    room = await group(alice, stack, "scheduled stop")
+    when = datetime.now(UTC) + timedelta(seconds=3)
+    job = await store.create(
+        owner=stack.users.alice,
+        room_id=room,
+        task=task,
+        schedule=Schedule(kind="at", at=when),
+        next_due=when,
+        max_per_user=100,
+        now=datetime.now(UTC),
+        domain=DOMAIN,
+    )
+    assert isinstance(job, ScheduledJob)
+    line = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == SCHEDULED + task, 30)
+    root = line.event_id
+    await alice.wait_for_reply(
+        stack.users.bot, room, lambda m: m.thread_root == root and m.body.startswith("line0"), 30
+    )
+
+    def stopped(m: Msg) -> bool:
+        return m.thread_root == root and m.body == "⏹️ Stopped."
+
+    await bob.send(room, "!stop", thread_root=root)  # bob's own session: nothing of his runs
+    await asyncio.sleep(2)
+    assert not [m for m in await alice.messages_from(stack.users.bot, room) if stopped(m)]
+
+    await alice.send(room, "!stop", thread_root=root)
+    await alice.wait_for_reply(stack.users.bot, room, stopped, 30)
+    deadline = time.monotonic() + 20
+    while (got := await store.get(job.id)) is None or got.last_result is None:
+        assert time.monotonic() < deadline, "the run's end was never recorded"
+        await asyncio.sleep(0.2)
+    assert (got.last_outcome, got.last_result) == ("ran", "stopped with !stop")
+    answer = [m for m in await alice.messages_from(stack.users.bot, room) if m.body.startswith("line0")]
+    assert len(answer) == 1 and not answer[0].body.endswith("line119")  # cut off, not finished

@@ -28,8 +28,9 @@ from procutil import free_port
 from redis.asyncio import Redis
 
 from tests.support.procs import BIN, ServiceProcess
-from vagent_bot.access import AccessProvider, AccessResult
+from vagent_bot.access import BotAccessProvider as AccessProvider
 from vagent_bot.metrics import ACCESS, ACP_ERRORS
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
 

@@ -31,12 +31,12 @@ from redis.asyncio import Redis
 from synapse_local import SynapseServer
 from tests.support.matrix_human import new_human
 from vagent_bot import rooms
-from vagent_bot.access import AccessProvider
+from vagent_bot.access import BotAccessProvider as AccessProvider
 from vagent_bot.conversation import Conversations
 from vagent_bot.downloads import TAMPERED, MediaDownloader, MediaRefused
 from vagent_bot.edit_pacing import EditThrottle
 from vagent_bot.event_router import EventRouter
-from vagent_bot.flood import FloodControl
+from vagent_bot.flood import BotFloodControl as FloodControl
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.images_out import post_image

@@ -55,7 +55,7 @@ from vagent_graph.workflow import new_turn_input, run_config
 from vagent_shared import SessionId, parse_sse_event, redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.budgets import UsageRow, usage_day
-from vagent_shared.events import ErrorEvent, HitlRequest, SSEEvent, TextChunk, TextFinal
+from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextChunk, TextFinal
 from vagent_shared.settings import GraphSettings
 
 PM, FB = "/api/v1/process_message", "/api/v1/submit_feedback"
@@ -210,6 +210,8 @@ async def test_over_budget_no_request_reaches_the_llm_and_the_user_is_told(
     broke, member = world.user("broke"), world.user("member")
     own = await world.ask(world.a, broke, world.tenant("ok"))
     assert final(own) == "You have used today's token budget (0 tokens). It resets at midnight UTC."
+    # the stream's end says so (a scheduled run over budget is recorded as skipped, not ran)
+    assert [e.outcome for e in own if isinstance(e, Done)] == ["over_budget"]
     tenants = await world.ask(world.b, member, world.tenant("broke"))  # an unlimited user, a spent tenant
     assert (
         final(tenants)
@@ -226,8 +228,9 @@ async def test_over_budget_no_request_reaches_the_llm_and_the_user_is_told(
 async def test_the_80_percent_notice_comes_once_a_day(world: World, llm_server: ScriptedLLMServer) -> None:
     user, tenant = world.user("note"), world.tenant("note")
     await world.spend(user, int(LIMIT * 0.8) - 5)  # just under 80%
-    first = final(await world.ask(world.a, user, tenant))
-    assert first == "OK\n\nℹ️ You have used 80% of today's token budget."
+    answered = await world.ask(world.a, user, tenant)
+    assert final(answered) == "OK\n\nℹ️ You have used 80% of today's token budget."
+    assert [e.outcome for e in answered if isinstance(e, Done)] == [None]
     second = final(await world.ask(world.b, user, tenant))  # the other replica knows it was said
     assert second == "OK"
     assert len(llm_server.requests) == 2

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from tests.integration import test_bot_media as harness
 from tests.integration.test_bot_media import Bot, BotFactory
 from tests.support.vagent_cli import run_vagent
-from vagent_bot.flood import FloodControl
+from vagent_bot.flood import BotFloodControl as FloodControl
 from vagent_bot.hitl_store import HitlStore
 from vagent_graph.trace_store import TraceStore
 from vagent_shared import redis_keys

@@ -39,7 +39,7 @@ from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.vagent_cli import Ran, run_vagent
 from vagent_bot.downloads import MediaDownloader, MediaRefused
-from vagent_bot.flood import FloodControl
+from vagent_bot.flood import BotFloodControl as FloodControl
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.routing import parse_message, session_for

@@ -22,9 +22,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from vagent_bot.access import AccessResult
-from vagent_bot.schedule_runs import Skip
+from vagent_bot.schedule_runs import STOPPED_RESULT, Skip
 from vagent_bot.scheduler import Allowed, Scheduler
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.schedule_store import ScheduleStore
@@ -41,12 +41,16 @@ class RecordingSide:
     """The Matrix side, recorded: which runs were answered (by run id), what owners were told.
     `hold_check` / `hold_run`: the next check or run waits until the test kills its scheduler."""
 
-    def __init__(self, runs: Counter[str], verdict: Allowed | Skip | None = None) -> None:
+    def __init__(
+        self, runs: Counter[str], verdict: Allowed | Skip | None = None, ended: Skip | None = None
+    ) -> None:
         self.runs = runs
+        self.ended = ended  # what a run ends with instead of an answer (the graph's budget refusal)
         self.told: list[tuple[str, str]] = []
         self.verdict = verdict or Allowed(AccessResult(True, "granted", None), None)
         self.hold_check = self.hold_run = False
         self.entered = asyncio.Event()
+        self.release = asyncio.Event()  # ends a held run (never set: held until killed)
 
     async def ready(self) -> None:
         return None
@@ -57,12 +61,14 @@ class RecordingSide:
             await asyncio.Event().wait()
         return self.verdict
 
-    async def run(self, job: ScheduledJob, claim: RunClaim, allowed: Allowed) -> tuple[RunOutcome, str]:
+    async def run(
+        self, job: ScheduledJob, claim: RunClaim, allowed: Allowed
+    ) -> tuple[RunOutcome, str] | Skip:
         self.runs[claim.run_id] += 1
         if self.hold_run:
             self.entered.set()
-            await asyncio.Event().wait()
-        return "ran", "answered"
+            await self.release.wait()
+        return self.ended or ("ran", "answered")
 
     async def tell(self, owner: str, text: str) -> None:
         self.told.append((owner, text))
@@ -219,7 +225,8 @@ async def test_a_scheduler_killed_after_starting_a_run_never_runs_it_again(
     await asyncio.wait_for(dying.entered.wait(), 20)  # started, answering
     await first.kill()
     killed_at = time.monotonic()
-    second = Running(clients(), RecordingSide(runs))
+    audit = RecordingAudit()
+    second = Running(clients(), RecordingSide(runs), audit)
     try:
         # the dead claimant's lease ran out long ago, and the other looked again and again
         await until(
@@ -230,7 +237,38 @@ async def test_a_scheduler_killed_after_starting_a_run_never_runs_it_again(
         await second.stop()
     assert sum(runs.values()) == 1
     claim = RunClaim(job_id=job.id, due=datetime.fromtimestamp(int(next(iter(runs)).rpartition("@")[2]), UTC))
-    assert (await store.run_state(claim) or "").startswith("started:")
+    # recorded failed by the survivor, once: `!schedules` does not show a run going on forever
+    assert await store.run_state(claim) == "failed"
+    ended = await store.get(job.id)
+    assert ended is not None and (ended.last_outcome, ended.last_result) == ("failed", STOPPED_RESULT)
+    recorded = [(e.event_type, e.reason) for e in audit.events]
+    assert recorded == [("schedule_run", "abandoned")]
+
+
+async def test_a_run_answering_longer_than_its_lease_is_not_taken_for_abandoned(
+    clients: Callable[[], Redis],
+) -> None:
+    store = ScheduleStore(clients())
+    now = datetime.now(UTC)
+    job = await new_job(store, Schedule(kind="at", at=now, text="now"), now)
+    runs: Counter[str] = Counter()
+    slow = RecordingSide(runs)
+    slow.hold_run = True
+    audit = RecordingAudit()
+    answering, other = Running(clients(), slow, audit), Running(clients(), RecordingSide(runs), audit)
+    try:
+        await asyncio.wait_for(slow.entered.wait(), 20)
+        started = time.monotonic()
+        await until(lambda: time.monotonic() > started + 4 * LEASE, "four leases went by")
+        slow.release.set()
+        await until(lambda: any(e.event_type == "schedule_run" for e in audit.events), "the run ended")
+    finally:
+        await answering.stop()
+        await other.stop()
+    assert sum(runs.values()) == 1
+    ended = await store.get(job.id)
+    assert ended is not None and (ended.last_outcome, ended.last_result) == ("ran", "answered")
+    assert [(e.event_type, e.reason) for e in audit.events] == [("schedule_run", "ran")]
 
 
 async def test_skipped_runs_in_a_row_pause_the_job_and_tell_its_owner(clients: Callable[[], Redis]) -> None:
@@ -254,6 +292,32 @@ async def test_skipped_runs_in_a_row_pause_the_job_and_tell_its_owner(clients: C
     assert len(skipped) == MAX_SKIPS_IN_A_ROW and {e.reason for e in skipped} == {"no_agent_access"}
     assert [e.event_type for e in audit.events].count("schedule_paused") == 1
     assert all("list my open tickets" not in e.model_dump_json() for e in audit.events)
+
+
+async def test_runs_over_the_owners_budget_are_skipped_not_ran_and_pause_the_job(
+    clients: Callable[[], Redis],
+) -> None:
+    """The graph answered with the budget notice (Done.outcome over_budget): each such run is
+    recorded and audited as skipped, `!schedules` says why, and the third in a row pauses."""
+    store = ScheduleStore(clients())
+    anchor = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+    job = await new_job(store, every_second(anchor), anchor)
+    runs: Counter[str] = Counter()
+    side = RecordingSide(runs, ended=Skip("over_budget"))
+    audit = RecordingAudit()
+    scheduler = Running(clients(), side, audit)
+    try:
+        await until(lambda: bool(side.told), "the owner was told")
+    finally:
+        await scheduler.stop()
+    assert sum(runs.values()) == MAX_SKIPS_IN_A_ROW  # each was started once (the room saw the notice)
+    paused = await store.get(job.id)
+    assert paused is not None and paused.paused and paused.last_outcome == "skipped"
+    assert paused.last_result == "skipped: your usage budget is spent"
+    kinds = [(e.event_type, e.reason) for e in audit.events if e.event_type.startswith("schedule_")]
+    assert kinds.count(("schedule_skipped", "over_budget")) == MAX_SKIPS_IN_A_ROW
+    assert not [k for k in kinds if k[0] == "schedule_run"]  # never recorded as ran
+    assert "budget" in side.told[0][1]
 
 
 async def test_a_one_off_missed_beyond_the_grace_is_not_run_and_its_owner_is_told(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from vagent_bot.access import agent_allowed
 from vagent_dev.acp import SUPERUSER_GROUP, Policy, PolicyError, Reason, context_for, load_policy
 from vagent_shared.access import AcContext
+from vagent_shared.access_provider import agent_allowed
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "deploy/dev/acp-policy.yaml"

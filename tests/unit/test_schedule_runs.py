@@ -139,8 +139,13 @@ def test_the_owner_reads_when_and_what_was_missed_in_their_zone() -> None:
 def test_a_paused_job_tells_its_owner_why_and_how_to_resume() -> None:
     text = paused_notice(job(HOURLY), Skip("no_agent_access"))
     assert "task 3 “list my open tickets” is paused" in text
-    assert "you no longer have access to this agent" in text
+    assert "its last 3 runs were skipped (you no longer have access to this agent)." in text
     assert "`!schedule resume 3`" in text
+
+
+def test_a_job_paused_on_a_spent_budget_says_so() -> None:
+    text = paused_notice(job(HOURLY), Skip("over_budget"))
+    assert "runs were skipped (your usage budget is spent)." in text
 
 
 def test_the_loop_sleeps_until_the_next_due_run_at_most_the_cap() -> None:

@@ -13,7 +13,6 @@ from typing import Any, cast
 import pytest
 
 from vagent_bot import metrics
-from vagent_bot.access import AccessResult
 from vagent_bot.questions import (
     REFUSED_NOTICE,
     WITHHELD,
@@ -24,6 +23,7 @@ from vagent_bot.questions import (
 )
 from vagent_bot.routing import IncomingMessage
 from vagent_shared.access import AcContext
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.hitl import YES_NO, PendingQuestion
 from vagent_shared.logs import configure_logging
 from vagent_shared.session import SessionId

@@ -11,9 +11,9 @@ import structlog
 from redis.asyncio import Redis
 
 from vagent_bot import health, matrix, metrics
-from vagent_bot.access import AccessProvider
+from vagent_bot.access import make_access_provider
 from vagent_bot.bot import VagentBot
-from vagent_bot.flood import FloodControl
+from vagent_bot.flood import BotFloodControl
 from vagent_bot.graph_client import GraphClient
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.logs import configure_logging
@@ -41,10 +41,8 @@ async def amain(settings: BotSettings) -> int:
         settings, "bot", redis, lambda reason: metrics.AUDIT_WRITE_FAILURES.labels(reason).inc()
     )
     audit.start()
-    access = AccessProvider(
-        settings.ACCESS_CONTROL_PROVIDER_URL, settings.ACP_TIMEOUT_SECONDS, settings.AGENT_ID, audit=audit
-    )
-    flood = FloodControl(redis, settings.FLOOD_MAX_MESSAGES, settings.FLOOD_WINDOW_SECONDS)
+    access = make_access_provider(settings, audit)
+    flood = BotFloodControl(redis, settings.FLOOD_MAX_MESSAGES, settings.FLOOD_WINDOW_SECONDS)
     client = matrix.make_client(settings)
     bot = VagentBot(settings, client, redis, graph, access, flood, audit)
 

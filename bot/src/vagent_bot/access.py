@@ -1,105 +1,41 @@
-"""Layer 1 of access control: may this user use the agent at all? (docs/access-control.md)
+"""The bot's AccessControlProvider client: the shared one (`vagent_shared.access_provider`,
+also used by the gateway) wired to the bot's Prometheus metrics and HTTP proxy.
 
-Why here: the bot is the only door into the agent, so it asks the AccessControlProvider
-about every message (no caching: a revoked grant takes effect on the next message) and
-lets nothing through when the provider cannot give a trustworthy answer (fail closed).
+Why a subclass and not a copy: the layer-1 rule and its fail-closed client must exist once.
+What stays here is only what is the bot's own: its metric names
+(`vagent_bot_access_decisions_total`, `vagent_bot_acp_errors_total`,
+`vagent_bot_acp_request_seconds`), its proxy lookup (`vagent_bot.http.proxy_for`) and its
+logger name (`vagent_bot.access`, which operators' log queries know).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, ClassVar, Final
 
 import aiohttp
 import structlog
-from pydantic import ValidationError
 
 from vagent_bot.http import proxy_for
 from vagent_bot.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
-from vagent_shared.access import AcContext, agent, instance_matches
-from vagent_shared.audit import AuditEventType
+from vagent_shared.access_provider import AUTHENTICATE_PATH, AccessProvider, AccessResult, ProviderMetrics
 from vagent_shared.audit_trail import AuditTrail
-from vagent_shared.wire import AuthenticateRequest
+from vagent_shared.settings import BotSettings
 
-log = structlog.get_logger(__name__)
+__all__ = ["BOT_METRICS", "AccessResult", "BotAccessProvider", "make_access_provider"]
 
-AUTHENTICATE_PATH: Final = "/api/v1/authenticate"
-
-GRANTED: Final = "granted"
-SUPERUSER: Final = "superuser"
-NO_AGENT_GRANT: Final = "no_agent_grant"
-PROVIDER_DENIED: Final = "provider_denied"
-PROVIDER_ERROR: Final = "provider_error"
-PROVIDER_TIMEOUT: Final = "provider_timeout"
-BAD_PROVIDER_ANSWER: Final = "bad_provider_answer"
-DOMAIN_MISMATCH: Final = "domain_mismatch"
-#: How much of a provider's (unexpected) domain a log line or audit reason quotes.
-_MAX_QUOTED_DOMAIN = 200
+#: The bot's Prometheus metrics, fed by the shared client's hooks.
+BOT_METRICS: Final = ProviderMetrics(
+    decision=lambda reason: ACCESS.labels(reason).inc(),
+    error=lambda kind: ACP_ERRORS.labels(kind).inc(),
+    seconds=ACP_SECONDS.observe,
+)
 
 
-def _role_grants_agent(ac: AcContext, agent_id: str) -> bool:
-    """An active role in the active domain grants `agent:{agent_id}` (exact or `agent:*`)."""
-    wanted = agent(agent_id)
-    return any(instance_matches(i, wanted) for i in ac.get_instances_for_roles(ac.active_roles))
+class BotAccessProvider(AccessProvider):
+    """The shared AccessProvider with the bot's metrics, the environment's proxy for the
+    provider's URL (read once, as all the bot's HTTP calls do) and the bot's logger name."""
 
-
-def agent_allowed(ac: AcContext, agent_id: str) -> bool:
-    """The layer-1 rule: an active role grants `agent:{agent_id}`, or the user is a superuser."""
-    return _role_grants_agent(ac, agent_id) or ac.is_superuser()
-
-
-@dataclass(frozen=True)
-class _Fetched:
-    """What one provider call yielded. `ac` set: a valid answer about the user asked about.
-    Otherwise `reason` says why not; `kind` is set when the provider misbehaved (not a 403/404)."""
-
-    ac: AcContext | None
-    reason: str = "answered"
-    kind: str | None = None
-    exc: BaseException | None = None
-    extra: dict[str, object] = field(default_factory=dict)
-
-    @staticmethod
-    def failed(reason: str, kind: str | None, exc: BaseException | None = None, **extra: object) -> _Fetched:
-        return _Fetched(None, reason, kind, exc, extra)
-
-
-def _validated(user_id: str, status: int, raw: bytes) -> _Fetched:
-    """The provider's answer, trusted only if it is a valid AcContext about `user_id`."""
-    if status in (403, 404):
-        return _Fetched.failed(PROVIDER_DENIED, None, status=status)
-    if status != 200:
-        return _Fetched.failed(PROVIDER_ERROR, f"http_{status // 100}xx", status=status)
-    try:
-        ac = AcContext.model_validate_json(raw)
-    except ValidationError as exc:
-        return _Fetched.failed(
-            BAD_PROVIDER_ANSWER, "bad_answer", status=200, problems=exc.error_count(), body_bytes=len(raw)
-        )
-    if ac.user_id != user_id:
-        return _Fetched.failed(BAD_PROVIDER_ANSWER, "user_mismatch", status=200, answered_user_id=ac.user_id)
-    return _Fetched(ac)
-
-
-@dataclass(frozen=True)
-class AccessResult:
-    """The outcome of one check. `ac` is set whenever the provider answered a valid AcContext
-    for the domain asked about (never one of another domain)."""
-
-    allowed: bool
-    reason: str
-    ac: AcContext | None
-
-
-class AccessProvider:
-    """Client of `POST {base_url}/api/v1/authenticate`, asked afresh for every message.
-
-    `timeout` bounds the whole call (connect + send + answer), not each phase, so a
-    provider trickling bytes cannot hold a message up longer than that.
-    """
+    log: ClassVar[Any] = structlog.get_logger(__name__)
 
     def __init__(
         self,
@@ -109,163 +45,19 @@ class AccessProvider:
         client: aiohttp.ClientSession | None = None,
         audit: AuditTrail | None = None,
     ) -> None:
-        self.url = base_url.rstrip("/") + AUTHENTICATE_PATH
-        self.audit = audit
-        self.timeout = timeout
-        self.agent_id = agent_id
-        agent(agent_id)  # a malformed AGENT_ID is a configuration error, found at startup
-        self._owns_client = client is None
-        self._client = client  # created on first use when not injected: aiohttp needs a running loop
-        self._proxy = proxy_for(self.url)
-
-    def _session(self) -> aiohttp.ClientSession:
-        """The HTTP session, created here (and then owned) on first use, inside the running loop."""
-        if self._client is None:
-            self._client = aiohttp.ClientSession(
-                # Pooled keep-alive connections, as httpx's defaults (100 connections, idle 5 s).
-                connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=5.0),
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                # trust_env stays False: proxies come from proxy_for, read once (vagent_bot.http).
-            )
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the HTTP session if this object created it."""
-        if self._owns_client and self._client is not None:
-            await self._client.close()
-
-    async def check(self, user_id: str, domain: str) -> AccessResult:
-        """May `user_id` use the agent in `domain`? Every failure answers `allowed=False`."""
-        got = await self._fetch(user_id, domain)
-        if got.kind is not None:
-            return self._unavailable(user_id, domain, got.reason, got.kind, got.exc, **got.extra)
-        if got.ac is None:
-            return self._decide(user_id, domain, PROVIDER_DENIED, None, **got.extra)
-        ac = got.ac
-        if ac.active_acl_domain != domain:
-            # Roles of another domain say nothing about this tenant: deny (fail closed).
-            answered = ac.active_acl_domain[:_MAX_QUOTED_DOMAIN]
-            why = f"{DOMAIN_MISMATCH}: provider answered domain {answered!r} for tenant {domain!r}"
-            extra = {"active_acl_domain": answered}
-            return self._conclude(user_id, domain, DOMAIN_MISMATCH, None, "access_denied", why, extra)
-        if _role_grants_agent(ac, self.agent_id):
-            return self._decide(user_id, domain, GRANTED, ac)
-        if ac.is_superuser():
-            return self._decide(user_id, domain, SUPERUSER, ac)
-        return self._decide(user_id, domain, NO_AGENT_GRANT, ac, active_roles=ac.active_roles)
-
-    async def context(self, user_id: str, domain: str) -> AcContext | None:
-        """`user_id`'s AcContext in `domain`, or None when the provider gives no usable answer.
-
-        For what another room member may READ, not whether they may use the agent: no access
-        decision, no `access_denied` audit line (they did not ask for anything). Provider
-        failures still count in `vagent_bot_acp_errors_total`: they are the provider's health.
-        """
-        got = await self._fetch(user_id, domain)
-        if got.kind is not None:
-            ACP_ERRORS.labels(got.kind).inc()
-        if got.ac is None:
-            log.debug(
-                "acp_context_unavailable",
-                user_id=user_id,
-                domain=domain,
-                reason=got.reason,
-                kind=got.kind,
-                error_type=type(got.exc).__name__ if got.exc else None,
-                **got.extra,
-            )
-        return got.ac
-
-    async def _fetch(self, user_id: str, domain: str) -> _Fetched:
-        """One call to the provider and the validation of its answer; no decision, no logging."""
-        try:
-            body = AuthenticateRequest(user_id=user_id, domain=domain).model_dump()
-        except ValidationError as exc:  # an empty user or domain is a caller bug: deny, do not raise
-            return _Fetched.failed(PROVIDER_ERROR, "bad_request", exc)
-        start = time.perf_counter()
-        try:
-            async with (
-                asyncio.timeout(self.timeout),
-                self._session().post(
-                    self.url,
-                    json=body,
-                    timeout=aiohttp.ClientTimeout(total=self.timeout),
-                    allow_redirects=False,
-                    proxy=self._proxy,
-                ) as resp,
-            ):
-                status = resp.status
-                raw = await resp.read()  # the whole body, within the timeout
-        except TimeoutError as exc:  # also asyncio.TimeoutError and aiohttp's timeout errors
-            return _Fetched.failed(PROVIDER_TIMEOUT, "timeout", exc)
-        except Exception as exc:  # connection refused, DNS, protocol error, bad URL: fail closed
-            return _Fetched.failed(PROVIDER_ERROR, "transport", exc)
-        finally:
-            ACP_SECONDS.observe(time.perf_counter() - start)
-        return _validated(user_id, status, raw)
-
-    def _decide(
-        self, user_id: str, domain: str, reason: str, ac: AcContext | None, **extra: object
-    ) -> AccessResult:
-        """Count and audit-log a decision the provider's answer supports."""
-        return self._conclude(user_id, domain, reason, ac, "agent_access", reason, extra)
-
-    def _conclude(
-        self,
-        user_id: str,
-        domain: str,
-        reason: str,
-        ac: AcContext | None,
-        event_type: AuditEventType,
-        audit_reason: str,
-        extra: Mapping[str, object],
-    ) -> AccessResult:
-        """Count, log (`access_granted` / `access_denied` with `extra`) and record in the audit
-        trail (`event_type`, `audit_reason`) one decision."""
-        allowed = reason in (GRANTED, SUPERUSER)
-        ACCESS.labels(reason).inc()
-        if allowed:
-            log.info("access_granted", user_id=user_id, domain=domain, reason=reason, agent_id=self.agent_id)
-        else:
-            log.warning(
-                "access_denied",
-                user_id=user_id,
-                domain=domain,
-                reason=reason,
-                agent_id=self.agent_id,
-                **extra,
-            )
-        if self.audit is not None:
-            self.audit.record(
-                event_type,
-                user_id=user_id,
-                domain=domain,
-                resource=agent(self.agent_id),
-                decision="allowed" if allowed else "denied",
-                reason=audit_reason,
-            )
-        return AccessResult(allowed=allowed, reason=reason, ac=ac)
-
-    def _unavailable(
-        self,
-        user_id: str,
-        domain: str,
-        reason: str,
-        kind: str,
-        exc: BaseException | None,
-        **extra: object,
-    ) -> AccessResult:
-        """No trustworthy answer: log the failure and deny (fail closed)."""
-        ACP_ERRORS.labels(kind).inc()
-        log.error(
-            "acp_unavailable",
-            user_id=user_id,
-            domain=domain,
-            reason=reason,
-            kind=kind,
-            url=self.url,
-            error_type=type(exc).__name__ if exc else None,
-            error=str(exc) if exc else None,
-            **extra,
+        super().__init__(
+            base_url,
+            timeout,
+            agent_id,
+            client,
+            audit,
+            metrics=BOT_METRICS,
+            proxy=proxy_for(base_url.rstrip("/") + AUTHENTICATE_PATH),
         )
-        return self._decide(user_id, domain, reason, None)
+
+
+def make_access_provider(settings: BotSettings, audit: AuditTrail | None) -> BotAccessProvider:
+    """The bot process's one provider client, from its settings."""
+    return BotAccessProvider(
+        settings.ACCESS_CONTROL_PROVIDER_URL, settings.ACP_TIMEOUT_SECONDS, settings.AGENT_ID, audit=audit
+    )

@@ -18,10 +18,8 @@ from nio import AsyncClient, SyncResponse
 from redis.asyncio import Redis
 
 from vagent_bot import matrix
-from vagent_bot.access import AccessProvider
 from vagent_bot.conversation import Conversations
 from vagent_bot.event_router import EventRouter
-from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.questions import Questions
@@ -29,7 +27,9 @@ from vagent_bot.scheduler import MatrixSide, Scheduler
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.sync import SyncHandler
 from vagent_bot.tenants import Tenants
+from vagent_shared.access_provider import AccessProvider
 from vagent_shared.audit_trail import AuditTrail
+from vagent_shared.flood import FloodControl
 from vagent_shared.schedule_store import ScheduleStore
 from vagent_shared.settings import BotSettings
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -24,12 +25,10 @@ from nio import AsyncClient
 from redis.asyncio import Redis
 
 from vagent_bot import metrics, rooms
-from vagent_bot.access import AccessProvider, AccessResult
 from vagent_bot.audience import RoomAudience, audience_applies, joined_members
 from vagent_bot.commands import help_text, parse_command
 from vagent_bot.downloads import MediaDownloader, MediaRefused
 from vagent_bot.edit_pacing import EditThrottle
-from vagent_bot.flood import FloodControl
 from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
 from vagent_bot.hitl_store import HitlStore
 from vagent_bot.images_out import post_image
@@ -43,7 +42,9 @@ from vagent_bot.trace_store import TraceStore, TurnIndex
 from vagent_bot.transcribe import Transcriber, TranscriptionFailed
 from vagent_bot.turn_files import TurnFiles, TurnInput
 from vagent_shared import redis_keys
+from vagent_shared.access_provider import AccessProvider, AccessResult
 from vagent_shared.events import (
+    Done,
     ErrorEvent,
     HitlRequest,
     ImageOut,
@@ -53,6 +54,7 @@ from vagent_shared.events import (
     TextFinal,
     TurnStarted,
 )
+from vagent_shared.flood import FloodControl
 from vagent_shared.hitl import PendingQuestion
 from vagent_shared.knowledge import Audience
 from vagent_shared.session import SessionId
@@ -68,6 +70,17 @@ THREAD_MARK_TTL = 30 * 24 * 3600
 
 #: Opens the graph's stream for one turn (a new message, or the answer to a question).
 OpenStream = Callable[[], AsyncIterator[SSEEvent]]
+
+
+@dataclass(frozen=True)
+class ScheduledTurn:
+    """How a scheduled run's turn ended: `failure`, the message the room was shown if it
+    failed; `over_budget`, the graph refused it on the owner's budget (the usual notice)."""
+
+    failure: str | None
+    over_budget: bool = False
+    #: The owner stopped the answer with `!stop`.
+    stopped: bool = False
 
 
 def readers_unchecked(*, is_dm: bool, enabled: bool) -> bool:
@@ -97,6 +110,9 @@ class Conversations:
         self.hitl, self.tenants = hitl, tenants
         #: Which turn each answer belongs to (🔍 / `!why` find its TurnTrace: `why_answers`).
         self.traces = TraceStore(redis, settings.TRACE_TTL_SECONDS)
+        #: Scheduled runs answering now, by session (`!stop` in their thread stops them).
+        self._scheduled: dict[str, asyncio.Task[None]] = {}
+        self._stopped: set[str] = set()
         self.files = files or TurnFiles(
             client,
             MediaDownloader.for_client(client, settings),
@@ -227,13 +243,14 @@ class Conversations:
         access: AccessResult,
         audience: Audience | None,
         sent_at: float,
-    ) -> str | None:
+    ) -> ScheduledTurn:
         """A scheduled task as a new turn of its `owner` (scheduler.py), answered in
         `thread_root` as a reply to `reply_to` (the "⏰ Scheduled" line). The owner's access
         and the room's audience were just checked afresh by the caller. No flood check: the
         owner sent nothing now, and a job runs at most every SCHEDULE_MIN_INTERVAL_SECONDS.
         A confirmation is asked in the thread and only the owner's answer counts (their
-        session). Returns None when answered, else the failure the room was shown."""
+        session). Returns how it ended: the failure the room was shown, if any, and whether
+        the graph refused it on the owner's budget (the room saw the usual notice)."""
         sid = SessionId(room_id=room_id, thread_id=thread_root, user_id=owner)
         req = ProcessMessageRequest(
             session_id=sid.format(),
@@ -246,12 +263,16 @@ class Conversations:
             audience_unchecked=await self.audience_unchecked(room_id),
         )
         failures: list[str] = []
+        over_budget = False
 
         async def stream() -> AsyncIterator[SSEEvent]:
+            nonlocal over_budget
             try:
                 async for ev in self.graph.process_message(req):
                     if isinstance(ev, ErrorEvent):
                         failures.append(ev.message)
+                    elif isinstance(ev, Done) and ev.outcome == "over_budget":
+                        over_budget = True
                     yield ev
             except GraphBusy:
                 raise  # retried by converse
@@ -259,8 +280,28 @@ class Conversations:
                 failures.append(exc.user_message)
                 raise
 
-        await self.converse(sid, self.new_answer(room_id, thread_root, reply_to), stream, sent_at)
-        return failures[-1] if failures else None
+        key = sid.format()
+        answering = asyncio.create_task(
+            self.converse(sid, self.new_answer(room_id, thread_root, reply_to), stream, sent_at)
+        )
+        self._scheduled[key] = answering
+        try:
+            await answering  # cancelled with this task (a shutdown), or alone by `!stop`
+        finally:
+            self._scheduled.pop(key, None)
+            stopped = key in self._stopped
+            self._stopped.discard(key)
+        return ScheduledTurn(failures[-1] if failures else None, over_budget, stopped)
+
+    def stop_scheduled(self, session_id: str) -> bool:
+        """`!stop` by the owner in a scheduled run's thread: its answer stops as a message's
+        does ("⏹️ Stopped."). False when no scheduled run answers in that session."""
+        answering = self._scheduled.get(session_id)
+        if answering is None or answering.done():
+            return False
+        self._stopped.add(session_id)
+        answering.cancel()
+        return True
 
     async def _short_enough(self, text: str, answer: Answer) -> bool:
         if len(text) <= self.settings.MAX_MESSAGE_CHARS:

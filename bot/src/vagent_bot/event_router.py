@@ -21,7 +21,6 @@ from nio import AsyncClient, InviteMemberEvent
 from redis.asyncio import Redis
 
 from vagent_bot import matrix, metrics, rooms
-from vagent_bot.access import AccessResult
 from vagent_bot.audience import audience_applies
 from vagent_bot.commands import parse_command
 from vagent_bot.conversation import Conversations
@@ -36,6 +35,7 @@ from vagent_bot.sync import Spawn
 from vagent_bot.why import is_why_command
 from vagent_bot.why_answers import WhyAnswers
 from vagent_shared import redis_keys
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.knowledge import Audience
 from vagent_shared.schedule_store import ScheduleStore
 from vagent_shared.session import SessionId
@@ -302,7 +302,9 @@ class EventRouter:
     async def _on_stop(self, msg: IncomingMessage, sid: SessionId) -> None:
         if await self.conversations.check_access(msg.room_id, msg.sender) is None:
             return
-        if not self.workers.stop(sid.format()) and await rooms.is_dm(self.client, msg.room_id):
+        session_id = sid.format()
+        stopped = self.workers.stop(session_id) or self.conversations.stop_scheduled(session_id)
+        if not stopped and await rooms.is_dm(self.client, msg.room_id):
             await self.conversations.answer_for(msg).notice("Nothing is running.")
 
     # ---- invites -------------------------------------------------------------------------

@@ -24,7 +24,6 @@ from typing import Any, Final, Literal, Protocol
 import structlog
 
 from vagent_bot import metrics
-from vagent_bot.access import AccessResult
 from vagent_bot.conversation import OpenStream
 from vagent_bot.graph_client import GraphClient
 from vagent_bot.hitl_store import HitlStore
@@ -33,6 +32,7 @@ from vagent_bot.routing import IncomingMessage
 from vagent_bot.sessions import SessionWorkers
 from vagent_bot.spans import answer_span, carried
 from vagent_bot.streaming import Answer
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import Decision
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.hitl import PendingQuestion, normalize_answer, reaction_answer

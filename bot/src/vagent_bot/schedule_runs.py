@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
+from vagent_shared.access_provider import UNAVAILABLE_REASONS as _PROVIDER_DOWN
 from vagent_shared.schedule_store import NextDue
-from vagent_shared.schedules import ScheduledJob
+from vagent_shared.schedules import MAX_SKIPS_IN_A_ROW, ScheduledJob
 
 #: Why a run did not run: the `schedule_skipped` audit reason (a code) ...
 SkipCode = Literal[
@@ -25,6 +26,7 @@ SkipCode = Literal[
     "no_agent_access",
     "provider_unavailable",
     "check_failed",
+    "over_budget",
 ]
 
 #: ... and the sentence the owner reads in `!schedules` (the job's `last_result`).
@@ -37,10 +39,8 @@ SKIP_SENTENCES: Final[dict[SkipCode, str]] = {
     "no_agent_access": "skipped: you no longer have access to this agent",
     "provider_unavailable": "skipped: your access could not be checked (the access service is down)",
     "check_failed": "skipped: your access could not be checked",
+    "over_budget": "skipped: your usage budget is spent",
 }
-
-#: Access reasons (vagent_bot.access) that mean the provider gave no trustworthy answer.
-_PROVIDER_DOWN: Final = frozenset({"provider_error", "provider_timeout", "bad_provider_answer"})
 
 
 @dataclass(frozen=True)
@@ -149,8 +149,8 @@ def missed_notice(job: ScheduledJob, due: datetime, tz: str) -> str:
 def paused_notice(job: ScheduledJob, skip: Skip) -> str:
     """The DM to the owner of a job that paused after MAX_SKIPS_IN_A_ROW skipped runs."""
     return (
-        f"⏸️ Your scheduled task {job.number} “{_short(job.task)}” is paused: its last runs were "
-        f"{skip.sentence.removeprefix('skipped: ')}. "
+        f"⏸️ Your scheduled task {job.number} “{_short(job.task)}” is paused: its last "
+        f"{MAX_SKIPS_IN_A_ROW} runs were skipped ({skip.sentence.removeprefix('skipped: ')}). "
         f"Resume it with `!schedule resume {job.number}` once that is fixed."
     )
 
@@ -162,7 +162,9 @@ def failed_result(message: str) -> str:
 
 #: The last result of a run that answered.
 RAN_RESULT: Final = "answered"
-#: The last result of a run cut off by the bot's shutdown (never run again).
+#: The last result of a run whose owner stopped its answer (`!stop` in its thread).
+STOPPED_BY_OWNER: Final = "stopped with !stop"
+#: The last result of a run cut off by its bot's shutdown or death (never run again).
 STOPPED_RESULT: Final = "failed: the bot stopped while it ran"
 
 

@@ -33,13 +33,13 @@ from nio import AsyncClient, RoomCreateResponse
 from redis.exceptions import RedisError
 
 from vagent_bot import matrix, metrics
-from vagent_bot.access import AccessResult
 from vagent_bot.audience import joined_members
 from vagent_bot.conversation import Conversations
 from vagent_bot.event_content import message_content
 from vagent_bot.schedule_runs import (
     RAN_RESULT,
     SKIP_SENTENCES,
+    STOPPED_BY_OWNER,
     STOPPED_RESULT,
     Skip,
     access_skip,
@@ -53,6 +53,7 @@ from vagent_bot.schedule_runs import (
     tenant_skip,
 )
 from vagent_shared import redis_keys
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import AuditEventType, Decision
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.knowledge import Audience
@@ -89,8 +90,11 @@ class RunSide(Protocol):
     async def check(self, job: ScheduledJob) -> Allowed | Skip:
         """The owner's rights and the room's readers, fetched fresh (fail closed)."""
 
-    async def run(self, job: ScheduledJob, claim: RunClaim, allowed: Allowed) -> tuple[RunOutcome, str]:
-        """Posts the ⏰ line and answers the task; ("ran" | "failed", a short result)."""
+    async def run(
+        self, job: ScheduledJob, claim: RunClaim, allowed: Allowed
+    ) -> tuple[RunOutcome, str] | Skip:
+        """Posts the ⏰ line and answers the task; ("ran" | "failed", a short result), or a
+        Skip when the graph refused the turn on the owner's budget (the room saw the notice)."""
 
     async def tell(self, owner: str, text: str) -> None:
         """A direct message to the owner (missed, paused)."""
@@ -143,6 +147,8 @@ class Scheduler:
         self._runs: dict[str, asyncio.Task[None]] = {}
         #: Claims still being checked (not started): their leases are renewed.
         self._checking: dict[str, RunClaim] = {}
+        #: Runs started and answering: their leases are renewed (a dead bot's run out).
+        self._answering: dict[str, RunClaim] = {}
         #: Loop rounds done (tests wait on it instead of on the clock).
         self.rounds = 0
 
@@ -168,9 +174,13 @@ class Scheduler:
                     last_take_over = time.monotonic()
                     for claim, job in await self.store.take_over(now, self.claimant, self.lease):
                         self._start(claim, job)
-                if self._checking and time.monotonic() - last_renew >= self.lease / 3:
+                    for claim in await self.store.abandoned(now):
+                        await self._abandoned(claim)
+                if (self._checking or self._answering) and time.monotonic() - last_renew >= self.lease / 3:
                     last_renew = time.monotonic()
                     await self.store.renew(list(self._checking.values()), self.clock(), self.lease)
+                    answering = list(self._answering.values())
+                    await self.store.renew_running(answering, self.clock(), self.lease)
                 delay = poll_delay(await self._earliest_due(), self.clock().timestamp(), self.poll)
             except RedisError as exc:
                 reraise_if_cancelled(exc)
@@ -225,10 +235,11 @@ class Scheduler:
             reraise_if_cancelled()
             if self._stopping.is_set():
                 return  # not started: the lease runs out and another replica takes it over
-            if not await self.store.started(claim):
+            if not await self.store.started(claim, self.clock(), self.lease):
                 log.info("schedule_run_not_started")  # taken over, deleted or paused meanwhile
                 return
             self._checking.pop(claim.run_id, None)
+            self._answering[claim.run_id] = claim
             await self._run(claim, job, verdict)
         except RedisError as exc:
             reraise_if_cancelled(exc)
@@ -236,6 +247,7 @@ class Scheduler:
             log.warning("schedule_run_redis_failed", error_type=type(exc).__name__)
         finally:
             self._checking.pop(claim.run_id, None)
+            self._answering.pop(claim.run_id, None)
             structlog.contextvars.unbind_contextvars("run_id", "job_id")
 
     async def _run(self, claim: RunClaim, job: ScheduledJob, allowed: Allowed) -> None:
@@ -244,8 +256,13 @@ class Scheduler:
         log.info("schedule_run_started", lag_seconds=round(lag, 3))
         outcome: RunOutcome = "failed"
         result = STOPPED_RESULT
+        skip: Skip | None = None
         try:
-            outcome, result = await self.side.run(job, claim, allowed)
+            ended = await self.side.run(job, claim, allowed)
+            if isinstance(ended, Skip):
+                skip = ended
+            else:
+                outcome, result = ended
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -253,7 +270,10 @@ class Scheduler:
             outcome, result = "failed", failed_result("something went wrong")
         finally:
             # recorded even when cancelled by a shutdown (shielded: it must not be cut off)
-            await asyncio.shield(self._record_run(claim, job, outcome, result, lag))
+            if skip is not None:
+                await asyncio.shield(self._skipped(claim, job, skip))
+            else:
+                await asyncio.shield(self._record_run(claim, job, outcome, result, lag))
 
     async def _record_run(
         self, claim: RunClaim, job: ScheduledJob, outcome: RunOutcome, result: str, lag: float
@@ -265,6 +285,16 @@ class Scheduler:
             await self.store.finished(claim, outcome, result, self.clock())
         except RedisError as exc:
             log.warning("schedule_finish_failed", error_type=type(exc).__name__)
+
+    async def _abandoned(self, claim: RunClaim) -> None:
+        """A run whose bot died while it answered: recorded failed (the room saw a cut-off
+        answer), never run again."""
+        done = await self.store.finished(claim, "failed", STOPPED_RESULT, self.clock())
+        if not done.recorded or done.job is None:
+            return
+        metrics.SCHEDULE_RUNS.labels("failed").inc()
+        log.warning("schedule_run_abandoned", run_id=claim.run_id, dead_claimant=claim.claimant)
+        self._audit("schedule_run", done.job, claim, "error", "abandoned")
 
     async def _missed(self, claim: RunClaim, job: ScheduledJob) -> None:
         done = await self.store.finished(claim, "missed", SKIP_SENTENCES["missed"], self.clock())
@@ -353,7 +383,9 @@ class MatrixSide:
             return skip
         return Allowed(access, await conv.resolve_audience(job.room_id, job.owner))
 
-    async def run(self, job: ScheduledJob, claim: RunClaim, allowed: Allowed) -> tuple[RunOutcome, str]:
+    async def run(
+        self, job: ScheduledJob, claim: RunClaim, allowed: Allowed
+    ) -> tuple[RunOutcome, str] | Skip:
         """The ⏰ line in the job's room (in its thread if it had one), then the answer as a
         reply to it: in the job's thread, or in a thread the ⏰ line starts (the room's main
         timeline stays one line per run; a confirmation is asked, and answered, in there).
@@ -363,7 +395,7 @@ class MatrixSide:
             clock_line = await matrix.send(self.client, job.room_id, content)
             if clock_line is None:
                 return "failed", failed_result("the ⏰ line could not be posted")
-            failure = await self.conversations.run_scheduled(
+            ended = await self.conversations.run_scheduled(
                 owner=job.owner,
                 room_id=job.room_id,
                 thread_root=job.thread_root or clock_line,
@@ -373,7 +405,11 @@ class MatrixSide:
                 audience=allowed.audience,
                 sent_at=claim.due.timestamp(),
             )
-        return ("ran", RAN_RESULT) if failure is None else ("failed", failed_result(failure))
+        if ended.over_budget:
+            return Skip("over_budget")
+        if ended.stopped:
+            return "ran", STOPPED_BY_OWNER
+        return ("ran", RAN_RESULT) if ended.failure is None else ("failed", failed_result(ended.failure))
 
     async def tell(self, owner: str, text: str) -> None:
         room_id = await self._dm_with(owner)

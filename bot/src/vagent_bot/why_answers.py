@@ -24,7 +24,6 @@ from typing import Any, Final
 import structlog
 
 from vagent_bot import rooms
-from vagent_bot.access import AccessResult
 from vagent_bot.audience import DEADLINE_GRACE_SECONDS, execute_plan, joined_members, plan_audience
 from vagent_bot.conversation import Conversations
 from vagent_bot.routing import IncomingMessage, session_for
@@ -38,6 +37,7 @@ from vagent_bot.why import (
     unscoped_only,
 )
 from vagent_shared.access import AcContext
+from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.readers import Readership
 from vagent_shared.session import SessionId

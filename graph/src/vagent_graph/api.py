@@ -206,7 +206,9 @@ def sse(
                     if first_at:  # observed once the first write is out, not before it
                         metrics.FIRST_EVENT_SECONDS.labels(endpoint).observe(first_at - start)
                 events, writes = events + 1, writes + 1
-                yield ServerSentEvent(event=Done.EVENT, data=Done().sse_data())
+                over = run.turn is not None and run.turn.over_budget
+                done = Done(outcome="over_budget" if over else None)
+                yield ServerSentEvent(event=Done.EVENT, data=done.sse_data())
             finally:
                 await finish()
 

@@ -116,6 +116,11 @@ class TurnRecorder:
         budget message is a normal final text on the wire)."""
         self._forced = (outcome, reason)
 
+    @property
+    def over_budget(self) -> bool:
+        """The budget check ended this turn (its text is the budget notice)."""
+        return self._forced is not None and self._forced[0] == "over_budget"
+
     # ---- the end of the request -----------------------------------------------------------
     def finish(self, outcome: TurnOutcome, reason: str = "") -> TurnTrace:
         """Close this request's part: outcome and total time (a resume adds to it)."""

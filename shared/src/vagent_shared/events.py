@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,9 +97,12 @@ class TurnStarted(_Event):
 
 
 class Done(_Event):
-    """Always the last event of a stream."""
+    """Always the last event of a stream. `outcome` is set when the turn ended other than
+    its text shows: `over_budget` (the budget notice is an ordinary final text), so a
+    scheduled run over budget is recorded as skipped."""
 
     EVENT: ClassVar[str] = "done"
+    outcome: Literal["over_budget"] | None = None
 
 
 SSEEvent = TextChunk | Progress | HitlRequest | TextFinal | ImageOut | ErrorEvent | TurnStarted | Done

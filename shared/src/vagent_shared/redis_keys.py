@@ -249,6 +249,9 @@ SCHEDULE_DUE = "schedule:due"
 #: Sorted set of runs (`RunClaim.run_id`) claimed but not yet started, scored by the end of
 #: the claimant's lease: a bot that died before starting one leaves it to be taken over.
 SCHEDULE_CLAIMED = "schedule:claimed"
+#: Sorted set of runs started and still answering, scored by the end of their runner's lease
+#: (renewed while it answers): a bot that died mid-run leaves its run to be recorded failed.
+SCHEDULE_RUNNING = "schedule:running"
 
 
 def schedule_job(job_id: str) -> str:

@@ -73,6 +73,9 @@ RUN_MARKER_TTL_SECONDS: Final = 7 * 24 * 3600
 FINISHED_KEEP_SECONDS: Final = 7 * 24 * 3600
 #: The longest `last_result` kept (a short sentence for listings).
 RESULT_MAX_CHARS: Final = 200
+#: How long a started run is leased to its runner unless renewed (`renew_running`): a bot
+#: killed mid-run has its run recorded failed this long after its last renewal.
+RUN_LEASE_SECONDS: Final = 30.0
 #: Jobs read per batch by the operator's `admin_list`.
 SCAN_BATCH: Final = 200
 
@@ -141,8 +144,9 @@ redis.call('ZADD', KEYS[4], ARGV[5], ARGV[7])
 return body
 """
 
-# KEYS: the run's marker, the claimed set, the job. ARGV: run id, claimant.
-# 1: go ahead; 0: not this claimant's to run (taken over, done, or its job deleted/paused).
+# KEYS: the run's marker, the claimed set, the job, the running set. ARGV: run id, claimant,
+# lease end. 1: go ahead; 0: not this claimant's to run (taken over, done, or its job
+# deleted/paused).
 _STARTED = """
 local m = redis.call('GET', KEYS[1])
 if m == 'started:' .. ARGV[2] then return 1 end
@@ -157,17 +161,19 @@ if (not raw) or cjson.decode(raw).paused == true then
   return 0
 end
 redis.call('SET', KEYS[1], 'started:' .. ARGV[2], 'KEEPTTL')
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
 return 1
 """
 
-# KEYS: the run's marker, the claimed set, the job, the due set. ARGV: run id, claimant,
-# outcome, result ("" = none), when (ISO), skips that pause, seconds a finished job stays,
+# KEYS: the run's marker, the claimed set, the job, the due set, the running set. ARGV: run
+# id, claimant, outcome, result ("" = none), when (ISO), skips that pause, seconds a finished job stays,
 # job id. Returns {recorded, paused now, job JSON or ""}.
 _FINISHED = """
 local m = redis.call('GET', KEYS[1])
 if m ~= 'claimed:' .. ARGV[2] and m ~= 'started:' .. ARGV[2] then return {0, 0, ''} end
 redis.call('SET', KEYS[1], ARGV[3], 'KEEPTTL')
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 local raw = redis.call('GET', KEYS[3])
 if not raw then return {1, 0, ''} end
 local job = cjson.decode(raw)
@@ -193,6 +199,23 @@ else
   redis.call('SET', KEYS[3], body, 'KEEPTTL')
 end
 return {1, paused_now, body}
+"""
+
+# KEYS: the running set. ARGV: now, batch, marker prefix. Runs started whose runner's lease
+# ran out (it died mid-run): each (run id, claimant) pair handed to exactly one caller, to be
+# recorded failed; never run again.
+_ABANDONED = """
+local runs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, rid in ipairs(runs) do
+  redis.call('ZREM', KEYS[1], rid)
+  local m = redis.call('GET', ARGV[3] .. rid)
+  if m and string.sub(m, 1, 8) == 'started:' then
+    table.insert(out, rid)
+    table.insert(out, string.sub(m, 9))
+  end
+end
+return out
 """
 
 # KEYS: the claimed set. ARGV: lease end, claimant, marker prefix, then run ids.
@@ -357,6 +380,7 @@ class ScheduleStore:
         self._finished = redis.register_script(_FINISHED)
         self._renew = redis.register_script(_RENEW)
         self._take_over = redis.register_script(_TAKE_OVER)
+        self._abandoned = redis.register_script(_ABANDONED)
         self._delete = redis.register_script(_DELETE)
         self._pause = redis.register_script(_PAUSE)
         self._resume = redis.register_script(_RESUME)
@@ -564,20 +588,47 @@ class ScheduleStore:
                 claims.append((claim, claimed))
         return claims
 
-    async def started(self, claim: RunClaim) -> bool:
-        """True: run it now (the run is marked started and can never be handed out again).
+    async def started(
+        self, claim: RunClaim, now: datetime | None = None, lease_seconds: float = RUN_LEASE_SECONDS
+    ) -> bool:
+        """True: run it now (the run is marked started and can never be handed out again;
+        it is leased for `lease_seconds`, renewed with `renew_running` while it answers).
         False: do not run it: another claimant took it over, it is done, or its job was
         deleted or paused since the claim. On a Redis error: do not run it (see the module)."""
+        at = (now or datetime.now(UTC)).timestamp()
         return bool(
             await self._started(
                 keys=[
                     redis_keys.schedule_run(claim.run_id),
                     redis_keys.SCHEDULE_CLAIMED,
                     redis_keys.schedule_job(claim.job_id),
+                    redis_keys.SCHEDULE_RUNNING,
                 ],
-                args=[claim.run_id, claim.claimant],
+                args=[claim.run_id, claim.claimant, at + lease_seconds],
             )
         )
+
+    async def renew_running(self, claims: list[RunClaim], now: datetime, lease_seconds: float) -> int:
+        """Extends the lease of runs this process still answers (those not yet recorded
+        abandoned: XX never re-adds one); how many."""
+        if not claims:
+            return 0
+        lease_end = now.timestamp() + lease_seconds
+        mapping = {claim.run_id: lease_end for claim in claims}
+        return int(await self.redis.zadd(redis_keys.SCHEDULE_RUNNING, mapping, xx=True, ch=True) or 0)
+
+    async def abandoned(self, now: datetime, limit: int = 50) -> list[RunClaim]:
+        """Runs started whose runner's lease ran out by `now` (its bot died mid-run), each
+        handed to exactly one caller, with the dead claimant: record them with `finished`
+        ("failed"). They are never run again."""
+        flat = await self._abandoned(
+            keys=[redis_keys.SCHEDULE_RUNNING], args=[now.timestamp(), limit, _MARKER_PREFIX]
+        )
+        out: list[RunClaim] = []
+        for raw_id, raw_claimant in zip(flat[::2], flat[1::2], strict=True):
+            job_id, due = _run_parts(_text(raw_id))
+            out.append(RunClaim(job_id=job_id, due=due, claimant=_text(raw_claimant)))
+        return out
 
     async def finished(
         self, claim: RunClaim, outcome: RunOutcome, result: str | None, now: datetime
@@ -594,6 +645,7 @@ class ScheduleStore:
                 redis_keys.SCHEDULE_CLAIMED,
                 redis_keys.schedule_job(claim.job_id),
                 redis_keys.SCHEDULE_DUE,
+                redis_keys.SCHEDULE_RUNNING,
             ],
             args=[
                 claim.run_id,
