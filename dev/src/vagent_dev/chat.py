@@ -569,7 +569,9 @@ async def amain(args: argparse.Namespace) -> None:
             f"Type a message; Ctrl-D quits. Try: what was the Q3 revenue?  /  how many records are "
             f"older than 2020?  /  delete records older than 2018  /  !help\n"
             f"Files: /file deploy/dev/samples/report.pdf what is the outlook?  /  "
-            f"/voice deploy/dev/samples/voice.wav  /  /why (how the last answer came about)  /  /help{RESET}"
+            f"/voice deploy/dev/samples/voice.wav  /  /why (how the last answer came about)  /  /help\n"
+            f"Memory and schedules: !remember I prefer short answers  /  !memory  /  "
+            f"!schedule in 2m: remind me to stretch  /  !schedules  /  !unschedule 1{RESET}"
         )
         await converse(chat, sync)
     finally:
