@@ -267,4 +267,3 @@ class GatewaySettings(CommonSettings):
     FLOOD_WINDOW_SECONDS: float = Field(default=60.0, gt=0)
     MAX_MESSAGE_CHARS: int = Field(default=8000, ge=1)
     MAX_REQUEST_BYTES: int = Field(default=1_000_000, ge=1024)
-    HITL_DEFAULT_TIMEOUT_SECONDS: int = Field(default=3600, gt=0)
