@@ -1,8 +1,9 @@
 """What the human approves, and whether that approval still holds. Pure.
 
 A confirmation is saved in the run's state (`AgentState.action`) BEFORE it is asked: the exact
-question shown, which call it is for (id, tool, a digest of the exact arguments) and the plan
-"yes" runs, plus who read the room then. On resume the answer applies to that record, never to
+question shown, which call it is for (id, tool, a digest of the exact arguments), the action
+"yes" runs as the question shows it (its arguments masked alike) and the plan, plus who read
+the room then. On resume the answer applies to that record, never to
 a question rebuilt from a world that may have changed (LangGraph re-runs the interrupted node
 from its top).
 
@@ -16,7 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vagent_graph.confirmation import Unconfirmable, arguments_digest, as_question, refusal, render_question
+from vagent_graph.confirmation import (
+    Unconfirmable,
+    arguments_digest,
+    as_question,
+    refusal,
+    render_question,
+    shown_action,
+)
 from vagent_graph.tools import Prepared, Tool
 from vagent_shared.knowledge import Audience
 
@@ -103,6 +111,9 @@ def approval_for(
         "origin": tool.origin,
         "digest": arguments_digest(tool.name, arguments),
         "question": question.text,
+        # What "yes" runs, as data, masked like the question (a LangGraph client's
+        # `action_requests`); kept with the question it belongs to.
+        "actions": [shown_action(tool.name, arguments)],
         "plan": prepared.plan,
         "readers": sorted(m.user_id for m in audience.members) if audience else [],
         "public_only": bool(audience and audience.public_only),

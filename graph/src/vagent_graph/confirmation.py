@@ -251,6 +251,38 @@ def stated(headline: str, value: Any) -> bool:
     return re.search(before + re.escape(text) + after, headline) is not None
 
 
+def _shown_name(name: str) -> str:
+    return visible(_mask(name).text)
+
+
+def _shown_value(value: Any, secret: bool) -> Any:
+    """One argument's value as data, as the question shows it: under a secret's name (here or
+    in an enclosing object) hidden whole; else each string with its secret-looking parts
+    masked and its invisible characters as escapes. Numbers, flags and null stay themselves."""
+    if secret and as_text(value) not in ("", "null", "[]", "{}"):
+        return MASK
+    if isinstance(value, Mapping):
+        return {_shown_name(str(k)): _shown_value(v, secret or secret_name(str(k))) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shown_value(v, secret) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return visible(_mask(as_text(value)).text)
+
+
+def shown_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Every argument of a call as data, masked as its question masks them: what a client
+    shows as the action "yes" runs (HitlAction.args). Every argument, those the headline
+    states too. Masked at every depth (the question writes deep values as JSON text), so it
+    may be kept where the question is kept: the checkpoint, the SSE event."""
+    return {_shown_name(str(k)): _shown_value(v, secret_name(str(k))) for k, v in arguments.items()}
+
+
+def shown_action(tool: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """What a confirmation's "yes" runs, as the interrupt value carries it (`actions`)."""
+    return {"name": tool, "args": shown_arguments(arguments)}
+
+
 @dataclass(frozen=True)
 class Question:
     """A confirmation question, and how many characters of the arguments it hides as secrets."""

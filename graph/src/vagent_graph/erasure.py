@@ -24,6 +24,12 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
     zone `schedule:tz:{user}` (the same keys ScheduleStore.delete_all_of deletes; run markers
     `schedule:run:{job}@{due}` name no user and expire; a claimed run of a deleted job is
     never started);
+  - their gateway threads (docs/gateway.md): each thread record `gateway:thread:{id}` whose
+    JSON names them as `owner` (found through their index `gateway:user:{user}`, and among
+    all thread records, so one their index lost is found too), and that index; the gateway's
+    token cache entries `gateway:token:{hash}` that hold their id (it expires within
+    GATEWAY_TOKEN_CACHE_SECONDS anyway). A thread's conversation is a session of theirs:
+    its checkpoints, traces and questions go with their other sessions above;
   - so every file they sent: the bot gives a file only to a turn of the person who sent it
     (vagent_bot.file_owner), and the graph keeps it nowhere but in that session's checkpoint
     (its text, its facts) and names it nowhere but in that turn's trace, both erased above;
@@ -106,6 +112,9 @@ KINDS: tuple[str, ...] = (
     "memory_vectors",
     "schedules",
     "schedule_keys",
+    "gateway_threads",
+    "gateway_index",
+    "gateway_tokens",
 )
 #: The memory store's key prefixes, by kind (`{prefix}:{id}`, JSON documents with a `prefix`
 #: field: the namespace they belong to).
@@ -266,20 +275,57 @@ def their_memory_keys(candidates: Sequence[bytes], replies: Sequence[object], us
     return theirs
 
 
+def owner_of(reply: object) -> str | None:
+    """The `owner` of a JSON document read with GET (or `JSON.GET key $`, a list of one);
+    None when the reply is no such document (missing, another type, not JSON)."""
+    if not isinstance(reply, bytes | str):
+        return None
+    try:
+        doc = json.loads(reply)
+    except ValueError:
+        return None
+    if isinstance(doc, list) and len(doc) == 1:
+        doc = doc[0]
+    owner = doc.get("owner") if isinstance(doc, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
 def their_jobs(candidates: Sequence[bytes], replies: Sequence[object], user_id: str) -> list[bytes]:
     """The job keys (with their GET replies) whose job is the user's: its own `owner` says so
     (a job named in their set but owned by someone else is left alone)."""
-    theirs = []
-    for key, reply in zip(candidates, replies, strict=True):
-        if not isinstance(reply, bytes | str):
-            continue
-        try:
-            owner = json.loads(reply).get("owner")
-        except (ValueError, AttributeError):
-            continue
-        if owner == user_id:
-            theirs.append(key)
-    return theirs
+    return [key for key, reply in zip(candidates, replies, strict=True) if owner_of(reply) == user_id]
+
+
+def their_gateway_threads(
+    candidates: Sequence[bytes], replies: Sequence[object], user_id: str
+) -> list[bytes]:
+    """The gateway thread records (with their GET replies) that are the user's: the record's
+    own `owner` says so, whichever index named it (another person's thread id put in their
+    index is left alone)."""
+    return [key for key, reply in zip(candidates, replies, strict=True) if owner_of(reply) == user_id]
+
+
+def token_holder(reply: object) -> str | None:
+    """The user id a gateway token cache entry holds: the value itself, or a JSON document's
+    `user_id` (or `user`)."""
+    if not isinstance(reply, bytes | str):
+        return None
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(doc, str):
+        return doc
+    if isinstance(doc, dict):
+        held = doc.get("user_id", doc.get("user"))
+        return held if isinstance(held, str) else None
+    return None
+
+
+def their_gateway_tokens(entries: Iterable[tuple[bytes, object]], user_id: str) -> list[bytes]:
+    """`gateway:token:{hash}` keys (with their GET replies) that hold exactly this user's id."""
+    return [key for key, reply in entries if token_holder(reply) == user_id]
 
 
 def job_id_of(key: bytes) -> str:
@@ -416,6 +462,7 @@ def plan(redis: Redis, user_id: str, stream: str, audit: bool) -> Plan:
         candidates = _scan(redis, redis_keys.glob_escape(prefix + ":") + "*")
         p.keys[kind] = their_memory_keys(candidates, _json_paths(redis, candidates, "$.prefix"), user_id)
     _plan_schedules(redis, p)
+    _plan_gateway(redis, p)
     p.unknown = unknown_keys(_scan(redis, redis_keys.mentioning_pattern(user_id)), p, stream)
     if audit:
         reader = StreamReader(redis, stream)
@@ -469,6 +516,31 @@ def _plan_schedules(redis: Redis, p: Plan) -> None:
         redis_keys.schedule_timezone(p.user_id),
     ]
     p.keys["schedule_keys"] = [k.encode() for k in per_user if redis.exists(k)]
+
+
+def _documents(redis: Redis, keys: Sequence[bytes]) -> list[object]:
+    """Each key's JSON text: its value when it is a string, else (a RedisJSON document)
+    `JSON.GET key $`; None when it is gone or neither."""
+    replies = [value for _, value in _values(redis, keys)]
+    other = [i for i, value in enumerate(replies) if not isinstance(value, bytes | str | None)]
+    for i, reply in zip(other, _json_paths(redis, [keys[i] for i in other], "$"), strict=True):
+        replies[i] = reply if isinstance(reply, bytes | str) else None
+    return replies
+
+
+def _plan_gateway(redis: Redis, p: Plan) -> None:
+    """Their gateway threads (named in their index or found among all records, each checked
+    by its owner), their index, and the token cache entries that hold their id."""
+    index = redis_keys.gateway_threads_of(p.user_id)
+    listed = {
+        redis_keys.gateway_thread(key_name(i)).encode() for i in cast(list[bytes], redis.zrange(index, 0, -1))
+    }
+    records = _scan(redis, redis_keys.glob_escape(redis_keys.gateway_thread("")) + "*")
+    candidates = sorted(listed | set(records))
+    p.keys["gateway_threads"] = their_gateway_threads(candidates, _documents(redis, candidates), p.user_id)
+    p.keys["gateway_index"] = [index.encode()] if redis.exists(index) else []
+    tokens = _scan(redis, redis_keys.glob_escape(redis_keys.gateway_token("")) + "*")
+    p.keys["gateway_tokens"] = their_gateway_tokens(_values(redis, tokens), p.user_id)
 
 
 def erase(redis: Redis, p: Plan, stream: str, audit: bool) -> dict[str, int]:

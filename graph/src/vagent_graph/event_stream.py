@@ -27,6 +27,7 @@ from vagent_graph.telemetry_spans import traced_run
 from vagent_graph.turns import TurnRecorder, turn_of
 from vagent_shared.events import (
     ErrorEvent,
+    HitlAction,
     HitlRequest,
     ImageOut,
     Progress,
@@ -158,6 +159,7 @@ class EventMapper:
                     options=[str(o) for o in v.get("options", [])],
                     timeout_seconds=int(v.get("timeout_seconds", 3600)),
                     interrupt_id=it.id,
+                    actions=actions_of(v.get("actions")),
                 )
 
     def closing(self) -> list[SSEEvent]:
@@ -172,6 +174,18 @@ class EventMapper:
             metrics.HITL_REQUESTS.labels(self._interrupt_kind).inc()
             return [*images, self.interrupt]
         return [TextFinal(content=self.final_text, is_final=True), *images]
+
+
+def actions_of(value: Any) -> list[HitlAction]:
+    """The interrupt value's `actions` (hitl.ask_human: already masked as the question is);
+    anything not shaped {name, args} is left out (an older or foreign interrupt value)."""
+    if not isinstance(value, list):
+        return []
+    return [
+        HitlAction(name=str(a["name"]), args=dict(a.get("args") or {}))
+        for a in value
+        if isinstance(a, dict) and isinstance(a.get("name"), str) and isinstance(a.get("args", {}), dict)
+    ]
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

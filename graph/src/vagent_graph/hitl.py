@@ -7,6 +7,7 @@ happens after). A wrong answer asks again with a second interrupt in the same no
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.types import interrupt
@@ -28,8 +29,13 @@ def reask_text(question: Question) -> str:
     return f"Please type an answer. {question.text}"
 
 
-def ask_human(question: Question, timeout_seconds: int) -> str | None:
-    """The validated answer, spelled as the option; None when the question was cancelled."""
+def ask_human(
+    question: Question, timeout_seconds: int, actions: Sequence[Mapping[str, Any]] = ()
+) -> str | None:
+    """The validated answer, spelled as the option; None when the question was cancelled.
+    `actions`: what "yes" runs ({name, args}, masked as the question masks them:
+    confirmation.shown_action), carried in the interrupt value to the SSE `hitl_request`;
+    none for a question that runs no tool. The checkpoint keeps the value."""
     text = question.text
     while True:
         value = interrupt(
@@ -38,6 +44,7 @@ def ask_human(question: Question, timeout_seconds: int) -> str | None:
                 "options": list(question.options),
                 "timeout_seconds": timeout_seconds,
                 "kind": question.kind,
+                "actions": [dict(a) for a in actions],
             }
         )
         if is_cancel(value):

@@ -32,7 +32,7 @@ from vagent_graph.access import check_invocation
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.approval import Approval, approval_for, in_group, matches, readers_changed
 from vagent_graph.citations import artifact_for
-from vagent_graph.confirmation import Unconfirmable
+from vagent_graph.confirmation import Unconfirmable, shown_action
 from vagent_graph.history import CANCELLED_TOOL_RESULT
 from vagent_graph.hitl import ask_human
 from vagent_graph.scope import Readership, ResultScope, traced_scope
@@ -119,6 +119,15 @@ def answered_after(entry: ToolCallTrace, stored: Approval | None) -> float | Non
     from when the saved confirmation was asked."""
     asked = entry.asked_at.timestamp() if entry.asked_at else (stored or {}).get("asked_at")
     return round(max(time.time() - asked, 0.0), 3) if isinstance(asked, int | float) else None
+
+
+def saved_actions(stored: Approval, tool: str, args: Any) -> list[dict[str, Any]]:
+    """What "yes" to a saved confirmation runs: as saved with its question, or (a confirmation
+    saved before actions were) made now from the arguments, which its digest matched."""
+    actions = stored.get("actions")
+    if isinstance(actions, list) and all(isinstance(a, dict) for a in actions):
+        return [dict(a) for a in actions]
+    return [shown_action(tool, args.model_dump(mode="json"))]
 
 
 @dataclass(frozen=True)
@@ -385,9 +394,12 @@ class ToolCalls:
         return f"{text}\n{shown.note}" if text else shown.note
 
     # ---- questions ---------------------------------------------------------------------
-    def _ask(self, call: Call, ctx: ToolContext, question: Question) -> str | Outcome:
-        """The human's answer (interrupt), or the outcome when it is "no" or never comes."""
-        answer = ask_human(question, self.agent.hitl.timeout_seconds)
+    def _ask(
+        self, call: Call, ctx: ToolContext, question: Question, actions: list[dict[str, Any]] | None = None
+    ) -> str | Outcome:
+        """The human's answer (interrupt), or the outcome when it is "no" or never comes.
+        `actions`: what "yes" runs (a confirmation's); none for the tool's own question."""
+        answer = ask_human(question, self.agent.hitl.timeout_seconds, actions or ())
         if answer is None:
             call.note(outcome="cancelled", confirmation_asked=True, confirmation_answer="cancelled")
             metrics.TOOL_CALLS.labels(call.name, "cancelled").inc()
@@ -415,7 +427,8 @@ class ToolCalls:
     ) -> Cleared | Confirm | Outcome:
         """The answer to the saved question: its plan runs on "yes", unless more people read
         the room now than the question counted (then it is asked again)."""
-        answer = self._ask(call, ctx, Question(text=str(stored["question"]), options=list(YES_NO)))
+        question = Question(text=str(stored["question"]), options=list(YES_NO))
+        answer = self._ask(call, ctx, question, saved_actions(stored, call.name, args))
         confirmation_waited(stored, call.name, wait_outcome(answer))
         if not isinstance(answer, str):  # "no", or no answer in time
             return answer

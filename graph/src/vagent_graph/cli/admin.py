@@ -112,7 +112,8 @@ def forget(
     ] = False,
 ) -> None:
     """Erase a user's sessions, checkpoints, pending questions, cached credentials, flood
-    window and turn traces from Redis; with --audit also their audit entries. One
+    window, turn traces, memories, scheduled tasks and gateway threads from Redis; with
+    --audit also their audit entries. One
     `user_forgotten` audit record is written and kept."""
     settings = load_settings(PROG, CommonSettings)
     try:
