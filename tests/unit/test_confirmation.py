@@ -122,6 +122,15 @@ def test_values_that_look_like_secrets_are_masked() -> None:
     assert q.hidden == 18 + len(key)
 
 
+def test_a_secret_named_value_deeper_than_the_lines_is_masked_in_the_json_too() -> None:
+    deep = {"a": {"b": {"c": {"token": "abc-not-a-shape", "kept": "x"}}}, "password": None}
+    q = render_question("Configure?", {"deep": deep})
+    assert "abc-not-a-shape" not in q.text
+    assert '"token": "‹hidden: looks like a secret›"' in q.text and '"kept": "x"' in q.text
+    assert "parts that look like secrets are hidden" in q.text
+    assert q.hidden == len("abc-not-a-shape")
+
+
 def test_invisible_characters_are_shown_as_escapes_and_read_back_exactly() -> None:
     values = {
         "title": "invoice\u202egnp.exe",

@@ -214,9 +214,30 @@ class Line:
     hidden: int = 0
 
 
+def _hide_secret_keys(value: Any) -> tuple[Any, int]:
+    """A value deeper than MAX_DEPTH (written as JSON) with every value kept under a
+    secret-looking name replaced by MASK, and how many characters that hid."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        hidden = 0
+        for k, v in value.items():
+            if secret_name(str(k)) and as_text(v) not in ("", "null", "[]", "{}"):
+                out[str(k)], hidden = MASK, hidden + len(as_text(v))
+            else:
+                out[str(k)], inner = _hide_secret_keys(v)
+                hidden += inner
+        return out, hidden
+    if isinstance(value, list | tuple):
+        pairs = [_hide_secret_keys(v) for v in value]
+        return [v for v, _ in pairs], sum(h for _, h in pairs)
+    return value, 0
+
+
 def render_argument(path: tuple[Key, ...], value: Any) -> Line:
     """One argument as one line (`name: value`) or a line and a block."""
     where, hidden = label(path)
+    value, deep_hidden = _hide_secret_keys(value)
+    hidden += deep_hidden
     text = as_text(value)
     if _secret_path(path) and text not in ("", "null", "[]", "{}"):
         hidden += len(text)
@@ -226,7 +247,7 @@ def render_argument(path: tuple[Key, ...], value: Any) -> Line:
     masked = _mask(text)
     shown = visible(masked.text)
     notes = []
-    if masked.hidden:
+    if masked.hidden or deep_hidden:
         notes.append("parts that look like secrets are hidden")
     if shown != masked.text:
         notes.append("invisible characters shown as \\u codes, backslashes doubled")
