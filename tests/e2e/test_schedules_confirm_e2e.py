@@ -156,6 +156,23 @@ async def test_the_models_schedule_task_asks_first_and_yes_creates_exactly_that(
         await store.delete(stack.users.alice, job.number)  # alice's other tests stay under the limit
 
 
+async def due_soon(store: ScheduleStore, stack: Stack, room: str, task: str) -> ScheduledJob:
+    """alice's one-off job in `room`, due in 3 s."""
+    when = datetime.now(UTC) + timedelta(seconds=3)
+    job = await store.create(
+        owner=stack.users.alice,
+        room_id=room,
+        task=task,
+        schedule=Schedule(kind="at", at=when),
+        next_due=when,
+        max_per_user=100,
+        now=datetime.now(UTC),
+        domain=DOMAIN,
+    )
+    assert isinstance(job, ScheduledJob)
+    return job
+
+
 def replying_to(event_id: str) -> Callable[[Msg], bool]:
     return lambda m: m.in_reply_to == event_id
 
@@ -182,18 +199,7 @@ async def test_a_confirmation_during_a_scheduled_run_asks_the_owner_in_its_threa
     done = f"Deleted them as scheduled {tag}."
     llm.set_default(scripted({task: ("delete_records", {"older_than": cutoff})}, lambda _: done))
     room = await group(alice, stack, "scheduled confirmation")
-    when = datetime.now(UTC) + timedelta(seconds=3)
-    job = await store.create(
-        owner=stack.users.alice,
-        room_id=room,
-        task=task,
-        schedule=Schedule(kind="at", at=when),
-        next_due=when,
-        max_per_user=100,
-        now=datetime.now(UTC),
-        domain=DOMAIN,
-    )
-    assert isinstance(job, ScheduledJob)
+    await due_soon(store, stack, room, task)
 
     line = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == SCHEDULED + task, 30)
     root = line.event_id
@@ -252,18 +258,7 @@ async def test_the_owners_stop_in_its_thread_stops_a_scheduled_answer_and_anothe
 
     llm.set_default(respond)
     room = await group(alice, stack, "scheduled stop")
-    when = datetime.now(UTC) + timedelta(seconds=3)
-    job = await store.create(
-        owner=stack.users.alice,
-        room_id=room,
-        task=task,
-        schedule=Schedule(kind="at", at=when),
-        next_due=when,
-        max_per_user=100,
-        now=datetime.now(UTC),
-        domain=DOMAIN,
-    )
-    assert isinstance(job, ScheduledJob)
+    job = await due_soon(store, stack, room, task)
     line = await alice.wait_for_reply(stack.users.bot, room, lambda m: m.body == SCHEDULED + task, 30)
     root = line.event_id
     await alice.wait_for_reply(

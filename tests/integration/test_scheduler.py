@@ -271,21 +271,30 @@ async def test_a_run_answering_longer_than_its_lease_is_not_taken_for_abandoned(
     assert [(e.event_type, e.reason) for e in audit.events] == [("schedule_run", "ran")]
 
 
-async def test_skipped_runs_in_a_row_pause_the_job_and_tell_its_owner(clients: Callable[[], Redis]) -> None:
+async def until_paused(
+    clients: Callable[[], Redis], side: RecordingSide
+) -> tuple[ScheduledJob, RecordingAudit]:
+    """An every-second job run by one scheduler until its owner is told (it paused): the job
+    as stored then, and what was audited."""
     store = ScheduleStore(clients())
     anchor = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
     job = await new_job(store, every_second(anchor), anchor)
-    runs: Counter[str] = Counter()
-    side = RecordingSide(runs, verdict=Skip("no_agent_access"))
     audit = RecordingAudit()
     scheduler = Running(clients(), side, audit)
     try:
         await until(lambda: bool(side.told), "the owner was told")
     finally:
         await scheduler.stop()
-    assert not runs  # nothing ran: no model call, no message in the room
     paused = await store.get(job.id)
     assert paused is not None and paused.paused and paused.last_outcome == "skipped"
+    return paused, audit
+
+
+async def test_skipped_runs_in_a_row_pause_the_job_and_tell_its_owner(clients: Callable[[], Redis]) -> None:
+    runs: Counter[str] = Counter()
+    side = RecordingSide(runs, verdict=Skip("no_agent_access"))
+    paused, audit = await until_paused(clients, side)
+    assert not runs  # nothing ran: no model call, no message in the room
     assert paused.last_result == "skipped: you no longer have access to this agent"
     assert side.told == [(OWNER, side.told[0][1])] and "`!schedule resume 1`" in side.told[0][1]
     skipped = [e for e in audit.events if e.event_type == "schedule_skipped"]
@@ -299,20 +308,10 @@ async def test_runs_over_the_owners_budget_are_skipped_not_ran_and_pause_the_job
 ) -> None:
     """The graph answered with the budget notice (Done.outcome over_budget): each such run is
     recorded and audited as skipped, `!schedules` says why, and the third in a row pauses."""
-    store = ScheduleStore(clients())
-    anchor = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-    job = await new_job(store, every_second(anchor), anchor)
     runs: Counter[str] = Counter()
     side = RecordingSide(runs, ended=Skip("over_budget"))
-    audit = RecordingAudit()
-    scheduler = Running(clients(), side, audit)
-    try:
-        await until(lambda: bool(side.told), "the owner was told")
-    finally:
-        await scheduler.stop()
+    paused, audit = await until_paused(clients, side)
     assert sum(runs.values()) == MAX_SKIPS_IN_A_ROW  # each was started once (the room saw the notice)
-    paused = await store.get(job.id)
-    assert paused is not None and paused.paused and paused.last_outcome == "skipped"
     assert paused.last_result == "skipped: your usage budget is spent"
     kinds = [(e.event_type, e.reason) for e in audit.events if e.event_type.startswith("schedule_")]
     assert kinds.count(("schedule_skipped", "over_budget")) == MAX_SKIPS_IN_A_ROW
