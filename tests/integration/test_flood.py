@@ -1,4 +1,6 @@
-"""Flood control against a real Redis: the sliding window, its edges, isolation, TTL, atomicity."""
+"""Flood control against a real Redis: the sliding window, its edges, isolation, TTL, atomicity;
+the shared class (`vagent_shared.flood`) the gateway uses: its own refusal hook, and one window
+per person across the bot and the gateway (the same `redis_keys.flood` key)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from redis.asyncio import Redis
 
 from vagent_bot.flood import BotFloodControl as FloodControl
 from vagent_shared import redis_keys
+from vagent_shared.flood import FloodControl as SharedFloodControl
 
 
 @pytest.fixture
@@ -141,3 +144,33 @@ async def test_each_refusal_is_one_warning_naming_the_user_room_and_limit(redis:
         "window": 30.0,
     }
     assert logs == [line, line]  # nothing for the accepted message, one line per refused one
+
+
+async def test_the_refusal_hook_is_called_once_per_refused_message(redis: Redis) -> None:
+    refused: list[None] = []
+    flood, u = SharedFloodControl(redis, 2, 10, on_rejected=lambda: refused.append(None)), user()
+    assert [await flood.allow(u, now=t) for t in (1.0, 2.0, 3.0, 4.0)] == [True, True, False, False]
+    assert len(refused) == 2
+
+
+async def test_without_a_hook_the_bots_metric_is_untouched(redis: Redis) -> None:
+    """Another service's refusals must not show up as the bot's."""
+    flood, u = SharedFloodControl(redis, 1, 10), user()
+    before = rejected_total()
+    assert await flood.allow(u, now=1.0)
+    assert not await flood.allow(u, now=2.0)
+    assert rejected_total() == before
+
+
+async def test_matrix_and_another_door_count_in_one_window_per_person(redis: Redis) -> None:
+    """3 a window: two through the bot and one through the gateway use it up, on either side."""
+    bot, gateway, u = FloodControl(redis, 3, 60), SharedFloodControl(redis, 3, 60), user()
+    before = rejected_total()
+    assert await bot.allow(u, now=1.0)
+    assert await gateway.allow(u, now=2.0)
+    assert await bot.allow(u, now=3.0)
+    assert not await gateway.allow(u, now=4.0)
+    assert not await bot.allow(u, now=5.0)
+    assert rejected_total() == before + 1  # only the bot's own refusal is the bot's
+    assert await redis.zcard(redis_keys.flood(u)) == 3
+    assert await gateway.allow(u, now=61.0)  # the oldest left the window, for both doors
