@@ -9,7 +9,6 @@ back to check what still mentions the forgotten user, and that nobody else lost 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from tests.support.files import pdf_with_text
 from tests.support.graph_process import TOKEN as GRAPH_TOKEN
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
+from tests.support.redis_dump import dump_all
 from tests.support.vagent_cli import Ran, run_vagent
 from vagent_bot.downloads import MediaDownloader, MediaRefused
 from vagent_bot.flood import BotFloodControl as FloodControl
@@ -261,63 +261,6 @@ async def world(
 # ---- reading everything back -------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, list | tuple):
-        return " ".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return " ".join(_text(k) + "=" + _text(v) for k, v in value.items())
-    return str(value)
-
-
-def _unblob(doc: str) -> str:
-    """A checkpointer document with its base64 `blob` fields decoded too."""
-    extra = []
-    for blob in re.findall(r'"blob"\s*:\s*"([A-Za-z0-9+/=]+)"', doc):
-        try:
-            extra.append(base64.b64decode(blob).decode("utf-8", "replace"))
-        except ValueError:
-            pass
-    return doc + " " + " ".join(extra)
-
-
-async def dump(redis: Redis) -> dict[str, str]:
-    """EVERY key of the database and its whole value as text (streams: entry by entry)."""
-    out: dict[str, str] = {}
-    async for raw in redis.scan_iter(count=1000):
-        key = raw.decode("utf-8", "surrogateescape")
-        kind = _text(await redis.type(raw))
-        if kind == "string":
-            value = _text(await redis.get(raw))
-        elif kind == "hash" and key.startswith("usage:"):  # a day of token usage: every user's counters
-            counters = await redis.hgetall(raw)
-            for name, count in counters.items():
-                out[f"{key} #{_text(name)}"] = _text(count)
-            value = f"hash of {len(counters)}"
-        elif kind == "hash":
-            value = _text(await redis.hgetall(raw))
-        elif kind == "ReJSON-RL":
-            value = _unblob(_text(await redis.execute_command("JSON.GET", raw)))  # type: ignore[no-untyped-call]
-        elif kind == "set":
-            value = _text(sorted(await redis.smembers(raw)))
-        elif kind == "zset":
-            value = _text(await redis.zrange(raw, 0, -1, withscores=True))
-        elif kind == "list":
-            value = _text(await redis.lrange(raw, 0, -1))
-        elif kind == "stream":
-            entries = await redis.xrange(raw) or []
-            for entry_id, fields in entries:
-                out[f"{key} #{_text(entry_id)}"] = _text(fields)
-            value = f"stream of {len(entries)}"
-        elif kind == "none":  # expired meanwhile
-            continue
-        else:  # a FalkorDB graph, a vector set: only their names can mention anyone
-            value = kind
-        out[key] = value
-    return out
-
-
 def hers(w: World, snapshot: dict[str, str]) -> set[str]:
     """The audit entries --audit erases: hers, or about one of her sessions."""
     return {
@@ -349,7 +292,7 @@ def audit_events(snapshot: dict[str, str], stream: str) -> dict[str, AuditEvent]
 
 async def test_forget_erases_every_key_of_hers_and_nothing_of_anyone_else(world: World) -> None:
     w = world
-    before = await dump(w.redis)
+    before = await dump_all(w.redis)
     hers_before = mentioning(before, w.alice)
     # the state is real: checkpoints, writes, write-key sets, the bot's and the graph's keys
     for kind in (
@@ -378,7 +321,7 @@ async def test_forget_erases_every_key_of_hers_and_nothing_of_anyone_else(world:
     assert re.search(r"session_lock\s+1\b", out) and "were running" in out  # the run still holding its lock
     assert "audit entries were kept" in out and "whose name mentions" not in out
 
-    after = await dump(w.redis)
+    after = await dump_all(w.redis)
     left = mentioning(after, w.alice)
     events = audit_events(after, w.stream)
     forgotten = [k for k, e in events.items() if e.event_type == "user_forgotten"]
@@ -431,14 +374,14 @@ async def test_forget_erases_every_key_of_hers_and_nothing_of_anyone_else(world:
 
 async def test_forget_with_audit_leaves_only_the_user_forgotten_record(world: World) -> None:
     w = world
-    before = await dump(w.redis)
+    before = await dump_all(w.redis)
     proc = w.forget(w.alice, "--audit")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     n = len(hers(w, before))
     assert n >= 3 and f"and {n} audit entries" in proc.stdout
     assert re.search(rf"audit_entries\s+{n}\b", proc.stdout)
 
-    after = await dump(w.redis)
+    after = await dump_all(w.redis)
     b_main = w.sessions[w.bob][0]
     left = {k: v for k, v in mentioning(after, w.alice).items() if b_main not in k}
     assert len(left) == 1
@@ -454,7 +397,7 @@ async def test_forget_with_audit_leaves_only_the_user_forgotten_record(world: Wo
     # again: nothing more to erase, and the first record is not erased by the second
     again = w.forget(w.alice, "--audit")
     assert again.returncode == 0 and f"Forgot {w.alice}: deleted 0 keys and 0 audit entries." in again.stdout
-    records = [e for e in audit_events(await dump(w.redis), w.stream).values() if e.user_id == w.alice]
+    records = [e for e in audit_events(await dump_all(w.redis), w.stream).values() if e.user_id == w.alice]
     assert [e.event_type for e in records] == ["user_forgotten", "user_forgotten"]
 
 
@@ -462,7 +405,7 @@ async def test_dry_run_lists_and_deletes_nothing(world: World) -> None:
     w = world
     sync_token = redis_keys.sync_token(w.alice)  # the bot's own kind of key: named, not erased
     await w.redis.set(sync_token, "s_1", ex=600)
-    before = await dump(w.redis)
+    before = await dump_all(w.redis)
     proc = w.forget(w.alice, "--dry-run", "--audit")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -475,12 +418,12 @@ async def test_dry_run_lists_and_deletes_nothing(world: World) -> None:
     assert out.endswith(f"\n  {sync_token}\n")
     for other in (w.bob, *w.lookalikes.values()):
         assert not mentions(out, other)
-    assert of_test(await dump(w.redis), w.tag) == of_test(before, w.tag)
+    assert of_test(await dump_all(w.redis), w.tag) == of_test(before, w.tag)
 
     # what it listed is exactly what forget then deletes
     listed = {line.strip() for line in out.split("\nLeft ")[0].splitlines() if line.startswith("    ")}
     assert w.forget(w.alice).returncode == 0
-    after = await dump(w.redis)
+    after = await dump_all(w.redis)
     gone = set(of_test(before, w.tag)) - set(after)  # (other tests' keys may expire meanwhile)
     gone = {k.replace(" #", " ", 1) for k in gone}  # a usage counter is listed as `{key} {field}`
     assert gone == listed and sync_token in after
@@ -491,10 +434,10 @@ async def test_a_lookalike_id_never_erases_alices_keys(world: World) -> None:
     w = world
     for name in ("al", "alic", "star", "qmark", "class", "backslash"):
         other = w.lookalikes[name]
-        before = await dump(w.redis)
+        before = await dump_all(w.redis)
         proc = w.forget(other, "--audit")
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        after = await dump(w.redis)
+        after = await dump_all(w.redis)
         assert mentioning(after, w.alice) == mentioning(before, w.alice), name
         gone = set(of_test(before, w.tag)) - set(after)
         assert gone and all(mentions(k, other) or mentions(before[k], other) for k in gone), gone
@@ -659,11 +602,11 @@ async def test_forget_removes_every_file_she_sent_wherever_a_message_could_take_
             """The keys whose name or value holds her file's text or name."""
             return sorted(k for k, v in snapshot.items() if secret in k + v or name in k + v)
 
-        before = await dump(redis)
+        before = await dump_all(redis)
         assert holding(before)  # the state is real: her conversation keeps her file
         ran = run_vagent(["admin", "forget", alice], {**os.environ, "REDIS_URL": redis_url})
         assert ran.returncode == 0, ran.stdout + ran.stderr
-        after = await dump(redis)
+        after = await dump_all(redis)
         assert holding(after) == []
         b_main = SessionId(room_id=group, thread_id=None, user_id=bob).format()
         assert {k: v for k, v in before.items() if b_main in k} == {
@@ -846,7 +789,7 @@ async def test_forget_erases_her_memories_in_every_tenant_and_nobody_elses(redis
     try:
         for m in [*hers, *theirs]:
             await store.add(m, MemoryPolicy(enabled=True))
-        before = await dump(redis)
+        before = await dump_all(redis)
         assert all(any(m.text in v for v in before.values()) for m in hers)  # the store holds them
 
         ran = run_vagent(
@@ -857,7 +800,7 @@ async def test_forget_erases_her_memories_in_every_tenant_and_nobody_elses(redis
         assert re.search(r"^  memory_vectors\s+3$", ran.stdout, re.M), ran.stdout
         assert ran.stdout.startswith(f"Forgot {alice}: deleted 6 keys.")
 
-        after = await dump(redis)
+        after = await dump_all(redis)
         for m in hers:  # in no key's name or value, of any type
             assert not [k for k, v in after.items() if m.text in k or m.text in v], m.text
         assert await store.all_of(alice) == []

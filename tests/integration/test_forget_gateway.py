@@ -11,7 +11,6 @@ ids, and nobody else's threads, index, tokens or conversations changed.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import re
@@ -29,6 +28,7 @@ from redis.asyncio import Redis
 from tests.support.factories import ac
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
+from tests.support.redis_dump import dump_all
 from tests.support.vagent_cli import Ran, run_vagent
 from vagent_graph import erasure
 from vagent_graph.event_stream import stream_run
@@ -47,64 +47,6 @@ def mentions(text: str, needle: str) -> bool:
         re.search(re.escape(form) + r"(?![A-Za-z0-9.\-\]])(?!:\d)", text) is not None
         for form in (needle, json.dumps(needle)[1:-1])
     )
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, list | tuple):
-        return " ".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return " ".join(_text(k) + "=" + _text(v) for k, v in value.items())
-    return str(value)
-
-
-def _unblob(doc: str) -> str:
-    """A checkpointer document with its base64 `blob` fields decoded too."""
-    extra = []
-    for blob in re.findall(r'"blob"\s*:\s*"([A-Za-z0-9+/=]+)"', doc):
-        try:
-            extra.append(base64.b64decode(blob).decode("utf-8", "replace"))
-        except ValueError:
-            pass
-    return doc + " " + " ".join(extra)
-
-
-async def dump(redis: Redis) -> dict[str, str]:
-    """EVERY key of the database and its whole value as text (day hashes of token usage and
-    streams: field by field, entry by entry)."""
-    out: dict[str, str] = {}
-    async for raw in redis.scan_iter(count=1000):
-        key = raw.decode("utf-8", "surrogateescape")
-        kind = _text(await redis.type(raw))
-        if kind == "string":
-            value = _text(await redis.get(raw))
-        elif kind == "hash" and key.startswith("usage:"):
-            counters = await redis.hgetall(raw)
-            for name, count in counters.items():
-                out[f"{key} #{_text(name)}"] = _text(count)
-            value = f"hash of {len(counters)}"
-        elif kind == "hash":
-            value = _text(await redis.hgetall(raw))
-        elif kind == "ReJSON-RL":
-            value = _unblob(_text(await redis.execute_command("JSON.GET", raw)))  # type: ignore[no-untyped-call]
-        elif kind == "set":
-            value = _text(sorted(await redis.smembers(raw)))
-        elif kind == "zset":
-            value = _text(await redis.zrange(raw, 0, -1, withscores=True))
-        elif kind == "list":
-            value = _text(await redis.lrange(raw, 0, -1))
-        elif kind == "stream":
-            entries = await redis.xrange(raw) or []
-            for entry_id, fields in entries:
-                out[f"{key} #{_text(entry_id)}"] = _text(fields)
-            value = f"stream of {len(entries)}"
-        elif kind == "none":  # expired meanwhile
-            continue
-        else:
-            value = kind
-        out[key] = value
-    return out
 
 
 @dataclass
@@ -223,7 +165,7 @@ async def test_forget_erases_her_gateway_threads_and_their_conversations_and_nob
     assert trail is not None
     await trail.flush()
 
-    before = await dump(gw.redis)
+    before = await dump_all(gw.redis)
     her_ids = [alice, a_plain, a_json, a_lost]
     hers_before = {k for k, v in before.items() if any(mentions(k, x) or mentions(v, x) for x in her_ids)}
     # the state is real: her thread records and index, her sessions' checkpoints
@@ -241,7 +183,7 @@ async def test_forget_erases_her_gateway_threads_and_their_conversations_and_nob
     assert re.search(r"gateway_threads\s+3\b", ran.stdout), ran.stdout
     assert "whose name mentions" not in ran.stdout, ran.stdout  # no gateway key left unknown
 
-    after = await dump(gw.redis)
+    after = await dump_all(gw.redis)
     entries = {
         k: AuditEvent.model_validate_json(v.removeprefix("event="))
         for k, v in after.items()
@@ -295,12 +237,12 @@ async def test_forget_erases_her_gateway_threads_and_their_conversations_and_nob
 
 async def test_a_dry_run_lists_her_gateway_keys_and_deletes_nothing(gw: Gateway) -> None:
     thread = await gw.thread(gw.alice)
-    before = await dump(gw.redis)
+    before = await dump_all(gw.redis)
     ran = await asyncio.to_thread(gw.forget, gw.alice, "--dry-run")
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "gateway_threads (1)" in ran.stdout and redis_keys.gateway_thread(thread) in ran.stdout
     assert "gateway_index (1)" in ran.stdout
-    assert await dump(gw.redis) == before
+    assert await dump_all(gw.redis) == before
 
 
 def test_a_thread_record_is_hers_only_if_its_owner_says_so() -> None:

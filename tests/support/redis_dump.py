@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import re
+
 from redis.asyncio import Redis
 
 
@@ -42,4 +45,53 @@ async def dump_redis(url: str, match: str | None = None) -> dict[str, str]:
             out[_text(key)] = _text(value)
     finally:
         await redis.aclose()
+    return out
+
+
+def _unblob(doc: str) -> str:
+    """A checkpointer document with its base64 `blob` fields decoded too."""
+    extra = []
+    for blob in re.findall(r'"blob"\s*:\s*"([A-Za-z0-9+/=]+)"', doc):
+        try:
+            extra.append(base64.b64decode(blob).decode("utf-8", "replace"))
+        except ValueError:
+            pass
+    return doc + " " + " ".join(extra)
+
+
+async def dump_all(redis: Redis) -> dict[str, str]:
+    """EVERY key of the database and its whole value as text, finer than `dump_redis` for
+    erasure tests: a day of token usage counter by counter, a stream entry by entry (as
+    `key #field`), checkpoint blobs decoded, sets sorted, sorted sets with their scores."""
+    out: dict[str, str] = {}
+    async for raw in redis.scan_iter(count=1000):
+        key = raw.decode("utf-8", "surrogateescape")
+        kind = _text(await redis.type(raw))
+        if kind == "string":
+            value = _text(await redis.get(raw))
+        elif kind == "hash" and key.startswith("usage:"):  # a day of token usage: every user's counters
+            counters = await redis.hgetall(raw)  # type: ignore[misc]
+            for name, count in counters.items():
+                out[f"{key} #{_text(name)}"] = _text(count)
+            value = f"hash of {len(counters)}"
+        elif kind == "hash":
+            value = _text(await redis.hgetall(raw))  # type: ignore[misc]
+        elif kind == "ReJSON-RL":
+            value = _unblob(_text(await redis.execute_command("JSON.GET", raw)))  # type: ignore[no-untyped-call]
+        elif kind == "set":
+            value = _text(sorted(await redis.smembers(raw)))  # type: ignore[misc]
+        elif kind == "zset":
+            value = _text(await redis.zrange(raw, 0, -1, withscores=True))
+        elif kind == "list":
+            value = _text(await redis.lrange(raw, 0, -1))  # type: ignore[misc]
+        elif kind == "stream":
+            entries = await redis.xrange(raw) or []
+            for entry_id, fields in entries:
+                out[f"{key} #{_text(entry_id)}"] = _text(fields)
+            value = f"stream of {len(entries)}"
+        elif kind == "none":  # expired meanwhile
+            continue
+        else:  # a FalkorDB graph, a vector set: only their names can mention anyone
+            value = kind
+        out[key] = value
     return out
