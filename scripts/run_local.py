@@ -15,7 +15,10 @@ CALENDAR_MCP_URL, set to this server) calls with each user's own key; the speech
 stand-in (`vagent-stt`, the bot's STT_BASE_URL unless set: it answers a WAV's comment, so
 `/voice deploy/dev/samples/voice.wav` in `make chat` asks a question); the demo documents and
 entities (deploy/dev/knowledge, ingested with `vagent docs`; unchanged ones are skipped), the
-graph service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set) and the bot.
+graph service (offline model unless OPENAI_BASE_URL / OPENAI_API_KEY are set), the gateway
+(`vagent-gateway`, LangGraph's server API on GATEWAY_PORT, default 8100, for the LangGraph SDKs
+and agent-chat-ui; a demo user's Matrix access token, kept in .data/dev-secrets.json, is printed
+as its API key) and the bot.
 Their JSON logs are shown as readable lines. Data lives in .data/ (git-ignored), with the
 secrets generated for this machine (the bot's password, the graph's credential-cache key) in
 .data/dev-secrets.json, the budgets the demo edits in .data/budgets.yaml (a copy of
@@ -53,6 +56,23 @@ DEV_TOKEN = "dev-token-change-me"  # noqa: S105 - local development default, pri
 DEV_ADMIN_TOKEN = "dev-admin-token-change-me"  # noqa: S105 - the admin API's, likewise
 DEMO_MANIFEST = ROOT / "deploy/dev/knowledge/manifest.yaml"
 BIN = Path(sys.executable).parent
+#: The demo user whose Matrix access token `make run` prints as the gateway's API key.
+GATEWAY_DEMO_USER = "alice"
+#: What the gateway never gets: the bot's own Matrix account (the gateway acts only as the
+#: person whose token it is given) and the other services' secrets (least privilege).
+NOT_FOR_GATEWAY = (
+    "MATRIX_USER",
+    "MATRIX_PASSWORD",
+    "MATRIX_ACCESS_TOKEN",
+    "MATRIX_STORE_PATH",
+    "OPENAI_API_KEY",
+    "EMBEDDINGS_API_KEY",
+    "GRAPH_ADMIN_TOKEN",
+    "CREDENTIAL_CACHE_KEY",
+    "CREDENTIAL_REGISTRY_TOKEN",
+    "STT_API_KEY",
+    "STT_STANDIN_API_KEY",
+)
 #: Demo users of the throwaway homeserver, their roles in deploy/dev/acp-policy.yaml and
 #: whether deploy/dev/credentials.yaml gives them a key for the demo ticket service and calendar.
 DEMO_USERS = {
@@ -71,6 +91,7 @@ COLORS = {
     "tickets": "\033[34m",
     "calendar": "\033[94m",
     "stt": "\033[92m",
+    "gateway": "\033[91m",
 }
 TAG_WIDTH = 8  # the longest tag, "calendar"
 RESET = "\033[0m"
@@ -245,6 +266,62 @@ def dev_secret(name: str, new: Callable[[], str] = lambda: secrets.token_urlsafe
     return str(known[name])
 
 
+def _matrix_call(url: str, token: str | None = None, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One Matrix client-server API call on the local homeserver (loopback only)."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")  # noqa: S310
+    with urllib.request.urlopen(req, timeout=30) as r:  # noqa: S310 - loopback only
+        found: dict[str, Any] = json.loads(r.read() or b"{}")
+        return found
+
+
+def demo_token(homeserver: str, localpart: str) -> str:
+    """A demo user's own Matrix access token, the gateway's API key for the LangGraph SDKs and
+    agent-chat-ui. Kept in .data/dev-secrets.json and reused while the homeserver still
+    accepts it (the same key across restarts, one device instead of one per run); otherwise a
+    new password login (the demo convention `<name>-password`)."""
+    path = DATA / "dev-secrets.json"
+    name = f"gateway_token_{localpart}"
+    known = json.loads(path.read_text()) if path.exists() else {}
+    token = known.get(name)
+    if token:
+        try:
+            if _matrix_call(f"{homeserver}/_matrix/client/v3/account/whoami", token).get("user_id"):
+                return str(token)
+        except OSError:  # 401: forgotten by a fresh homeserver; log in again
+            pass
+    login = {
+        "type": "m.login.password",
+        "identifier": {"type": "m.id.user", "user": localpart},
+        "password": f"{localpart}-password",
+        "initial_device_display_name": "make run: gateway demo key",
+    }
+    token = str(_matrix_call(f"{homeserver}/_matrix/client/v3/login", body=login)["access_token"])
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known[name] = token
+    path.write_text(json.dumps(known))
+    path.chmod(0o600)
+    return token
+
+
+def gateway_hint(url: str, agent_id: str, user: str, token: str | None) -> str:
+    """How to reach the gateway: agent-chat-ui's three fields and a langgraph_sdk one-liner."""
+    key = token or "<a Matrix access token of the person (Element: Settings > Help & About)>"
+    who = f"{user}'s Matrix access token" if token else "the person's own Matrix access token"
+    example = (
+        f"{BIN / 'python'} -c 'from langgraph_sdk import get_sync_client; "
+        f'c = get_sync_client(url="{url}", api_key="{key}"); t = c.threads.create(); '
+        f'print(c.runs.wait(t["thread_id"], "{agent_id}", input={{"messages": [{{"role": "user", '
+        f'"content": "how many records are older than 2020?"}}]}})["messages"][-1]["content"])\''
+    )
+    return f"""LangGraph SDK / agent-chat-ui (docs/gateway.md): deployment URL {url}, assistant id {agent_id},
+API key ({who}): {key}
+  {example}"""
+
+
 def main() -> int:
     env = dict(os.environ)
     DATA.mkdir(parents=True, exist_ok=True)
@@ -254,9 +331,12 @@ def main() -> int:
     entity_redis: RedisServer | None = None
     synapse: SynapseServer | None = None
 
-    def start(name: str, command: str, extra: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(
+        name: str, command: str, extra: dict[str, str], drop: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        child_env = {k: v for k, v in {**env, **extra}.items() if k not in drop}
         proc = subprocess.Popen(
-            [str(BIN / command)], env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            [str(BIN / command)], env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
         procs.append((name, proc))
         assert proc.stdout is not None
@@ -346,6 +426,10 @@ def main() -> int:
             env.setdefault("DEFAULT_DOMAIN", "localhost")  # DMs carry no tenant state event
         env.setdefault("BOT_HEALTH_HOST", "127.0.0.1")
         health_port = env.setdefault("BOT_HEALTH_PORT", "8080")
+        # The gateway: LangGraph's server API, with the bot's Redis, graph, token, provider,
+        # homeserver and agent id (the same names, inherited from this environment).
+        env.setdefault("GATEWAY_HOST", "127.0.0.1")
+        gateway_port = env.setdefault("GATEWAY_PORT", "8100")
 
         dev_env = write_dev_env(DATA, env, BIN, DEV_ADMIN_TOKEN)
         ingest_demo(env)
@@ -361,6 +445,8 @@ def main() -> int:
         wait_http(f"http://127.0.0.1:{stt_port}/health", stt, "vagent-stt")
         graph = start("graph", "vagent-graph", {})
         wait_http(f"http://127.0.0.1:{port}/health", graph, "vagent-graph")
+        gateway = start("gateway", "vagent-gateway", {}, drop=NOT_FOR_GATEWAY)
+        wait_http(f"http://127.0.0.1:{gateway_port}/health", gateway, "vagent-gateway")
         bot = start("bot", "vagent-bot", {})
         wait_http(f"http://127.0.0.1:{health_port}/health", bot, "vagent-bot")
 
@@ -394,12 +480,17 @@ def main() -> int:
             if own_homeserver
             else f"  homeserver      {env['MATRIX_HOMESERVER']} as {env.get('MATRIX_USER')}"
         )
+        gateway_url = f"http://127.0.0.1:{gateway_port}"
+        agent_id = env.get("AGENT_ID") or "vagent"
+        token = demo_token(env["MATRIX_HOMESERVER"], GATEWAY_DEMO_USER) if own_homeserver else None
+        gateway_note = gateway_hint(gateway_url, agent_id, f"@{GATEWAY_DEMO_USER}:localhost", token)
         say(f"""
 vagent is running.
 {homeserver}
   bot             {env["MATRIX_USER"]}   (health: http://127.0.0.1:{health_port}/health)
   graph service   http://127.0.0.1:{port}   (API docs: /docs; token: {token_note};
                   admin API: /admin/v1, {admin_note})
+  gateway         {gateway_url}   (LangGraph's server API for the SDKs and agent-chat-ui; below)
   operator        `{source}` in another terminal, then `vagent docs|audit|usage|trace|admin`
   documents       `vagent docs list` (demo: deploy/dev/knowledge/README.md)
   access control  http://127.0.0.1:{acp_port}   (policy: {env["ACP_POLICY_FILE"]})
@@ -423,6 +514,7 @@ Files and voice in `make chat`: `/file deploy/dev/samples/report.pdf what is the
 `/file deploy/dev/samples/screenshot.png what went wrong?` and
 `/voice deploy/dev/samples/voice.wav` (the stand-in hears "What is on my calendar today?").
 Then see who did what: `{source}; vagent audit tail` in another terminal.
+{gateway_note}
 Ctrl-C stops everything.
 """)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

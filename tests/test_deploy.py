@@ -1,6 +1,6 @@
 """Offline checks of the deployment files.
 
-Covers requirements/*.txt, graph/Dockerfile, bot/Dockerfile, deploy/redis/Dockerfile,
+Covers requirements/*.txt, graph/Dockerfile, bot/Dockerfile, gateway/Dockerfile, deploy/redis/Dockerfile,
 docker-compose.yml, deploy/dev/, k8s/ (kustomize base + dev/prod overlays) and the
 Tiltfile. No network, no Docker engine and no cluster are needed (so the Redis image
 is checked as text, never built).
@@ -41,7 +41,7 @@ from vagent_dev.settings import (
     TicketsSettings,
 )
 from vagent_shared.access import Resource
-from vagent_shared.settings import BotSettings, GraphSettings
+from vagent_shared.settings import BotSettings, GatewaySettings, GraphSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "k8s"
@@ -49,7 +49,11 @@ OVERLAYS = {"dev": K8S / "overlays" / "dev", "prod": K8S / "overlays" / "prod"}
 NAMESPACES = {"dev": "vagent-dev", "prod": "vagent"}
 COMPOSE = ROOT / "docker-compose.yml"
 TILTFILE = ROOT / "Tiltfile"
-DOCKERFILES = {"graph": ROOT / "graph" / "Dockerfile", "bot": ROOT / "bot" / "Dockerfile"}
+DOCKERFILES = {
+    "graph": ROOT / "graph" / "Dockerfile",
+    "bot": ROOT / "bot" / "Dockerfile",
+    "gateway": ROOT / "gateway" / "Dockerfile",
+}
 # The development stand-ins' image (vagent-acp, vagent-credentials, vagent-tickets,
 # vagent-calendar, vagent-stt).
 DEV_DOCKERFILE = ROOT / "dev" / "Dockerfile"
@@ -61,6 +65,7 @@ KUBECTL = shutil.which("kubectl")
 # vagent_shared (vagent_dev for the stand-ins) are the one definition of those names.
 GRAPH_ENV = set(GraphSettings.model_fields)
 BOT_ENV = set(BotSettings.model_fields)
+GATEWAY_ENV = set(GatewaySettings.model_fields)
 ACP_ENV = set(AcpSettings.model_fields)
 CREDENTIALS_ENV = set(CredentialRegistrySettings.model_fields)
 TICKETS_ENV = set(TicketsSettings.model_fields)
@@ -115,6 +120,18 @@ CREDENTIAL_ENV = {
     "CREDENTIAL_MISSING_HELP",
     "TICKETS_URL",
 }
+# The names the gateway shares with the bot (docs/gateway.md): the same Redis, homeserver,
+# graph, service token, provider and agent, so a person has the same rights at either door.
+DOOR_ENV = {
+    "REDIS_URL",
+    "MATRIX_HOMESERVER",
+    "GRAPH_API_ENDPOINT",
+    "GRAPH_API_TOKEN",
+    "ACCESS_CONTROL_PROVIDER_URL",
+    "AGENT_ID",
+}
+# The gateway's own settings a deployment sets (GATEWAY_HOST keeps its 0.0.0.0 default).
+GATEWAY_OWN_ENV = {n for n in GATEWAY_ENV if n.startswith("GATEWAY_")} - {"GATEWAY_HOST"}
 # The audit trail: graph and bot write one stream, so compose gives both the same values.
 AUDIT_ENV = {"AUDIT_STREAM", "AUDIT_STREAM_MAXLEN", "AUDIT_STREAM_MAX_AGE_HOURS", "AUDIT_INCLUDE_CONTENT"}
 # What `vagent docs` must share with the graph, or what it writes is not what the graph reads.
@@ -134,6 +151,7 @@ INGEST_SHARED_ENV = {
 WORKLOADS = {
     "vagent-graph": (GRAPH_PROCESS_ENV, "vagent-graph", 8000),
     "vagent-bot": (BOT_ENV | OTEL_STANDARD_ENV, "vagent-bot", 8080),
+    "vagent-gateway": (GATEWAY_ENV | OTEL_STANDARD_ENV, "vagent-gateway", 8100),
     "vagent-acp": (ACP_ENV, "vagent-acp", 8090),
     "vagent-credentials": (CREDENTIALS_ENV, "vagent-credentials", 8091),
     "vagent-tickets": (TICKETS_ENV, "vagent-tickets", 8092),
@@ -423,6 +441,7 @@ def _secret_settings() -> set[str]:
         for cls in (
             GraphSettings,
             BotSettings,
+            GatewaySettings,
             AcpSettings,
             CredentialRegistrySettings,
             TicketsSettings,
@@ -476,6 +495,10 @@ def test_expected_files_exist() -> None:
         "Tiltfile",
         ".dockerignore",
         "docs/deployment.md",
+        "docs/gateway.md",
+        "gateway/Dockerfile",
+        "k8s/base/gateway.yaml",
+        "k8s/overlays/prod/pdb.yaml",
     ):
         assert (ROOT / rel).is_file(), rel
 
@@ -584,7 +607,7 @@ def test_prod_contains_no_secret_data() -> None:
 def test_workloads_have_probes_resources_and_security(overlay: str) -> None:
     docs = rendered(overlay)
     deployments = [d for d in docs if d["kind"] == "Deployment"]
-    assert {d["metadata"]["name"] for d in deployments} >= {"vagent-graph", "vagent-bot"}
+    assert {d["metadata"]["name"] for d in deployments} >= {"vagent-graph", "vagent-bot", "vagent-gateway"}
     for doc in docs:
         spec = _pod_spec(doc)
         if not spec:
@@ -609,7 +632,7 @@ def test_workloads_have_probes_resources_and_security(overlay: str) -> None:
             mounts = {m["mountPath"] for m in c.get("volumeMounts", [])}
             if sc.get("readOnlyRootFilesystem"):
                 assert "/tmp" in mounts, f"{where}: read-only root without a writable /tmp"
-        if name in ("vagent-graph", "vagent-bot"):
+        if name in ("vagent-graph", "vagent-bot", "vagent-gateway"):
             probes = [c["readinessProbe"], c["livenessProbe"]]
             assert all(p["httpGet"]["path"] == "/health" for p in probes), name
 
@@ -639,7 +662,9 @@ def test_ports_commands_and_env_names(overlay: str) -> None:
     assert graph["ports"][0]["containerPort"] == 8000
     bot = workloads["vagent-bot"]["spec"]["template"]["spec"]["containers"][0]
     assert {e["name"]: e.get("value") for e in bot["env"]}["BOT_HEALTH_PORT"] == "8080"
-    for name in ("vagent-graph", "vagent-bot"):
+    gateway = workloads["vagent-gateway"]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in gateway["env"]}["GATEWAY_PORT"] == "8100"
+    for name in ("vagent-graph", "vagent-bot", "vagent-gateway"):
         annotations = workloads[name]["spec"]["template"]["metadata"]["annotations"]
         scrape_port = str(WORKLOADS[name][2])
         assert annotations["prometheus.io/scrape"] == "true"
@@ -686,9 +711,20 @@ def test_labels_namespace_and_images(overlay: str) -> None:
     # Redis too is our image now (redis:8 + FalkorDB): nothing else is pulled.
     assert images == ours, sorted(images - ours)
     if overlay == "dev":
-        assert ours == {"vagent-graph:dev", "vagent-bot:dev", "vagent-redis:dev", "vagent-dev:dev"}
+        assert ours == {
+            "vagent-graph:dev",
+            "vagent-bot:dev",
+            "vagent-gateway:dev",
+            "vagent-redis:dev",
+            "vagent-dev:dev",
+        }
     else:
-        assert {i.partition(":")[0] for i in ours} == {"vagent-graph", "vagent-bot", "vagent-redis"}
+        assert {i.partition(":")[0] for i in ours} == {
+            "vagent-graph",
+            "vagent-bot",
+            "vagent-gateway",
+            "vagent-redis",
+        }
         assert all(i.partition(":")[2] not in ("", "latest", "dev") for i in ours), ours
 
 
@@ -738,6 +774,11 @@ def test_prod_replicas_and_disruption_budget() -> None:
     pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     assert pdbs
     selector = workloads["vagent-graph"]["spec"]["selector"]["matchLabels"]
+    assert any(p["spec"]["selector"]["matchLabels"] == selector for p in pdbs)
+    # the gateway is stateless: two replicas, one kept through node drains
+    gateway = workloads["vagent-gateway"]
+    assert gateway["spec"]["replicas"] == 2
+    selector = gateway["spec"]["selector"]["matchLabels"]
     assert any(p["spec"]["selector"]["matchLabels"] == selector for p in pdbs)
     # the bot's crypto store is a single ReadWriteOnce volume
     bot = workloads["vagent-bot"]
@@ -837,7 +878,8 @@ def test_new_settings_are_wired(overlay: str) -> None:
         # optional: documents work without either (offline model; no admin API)
         assert ref == {"name": SECRET_NAME, "key": name, "optional": True}, ref
     assert CREDENTIAL_ENV <= set(graph), sorted(CREDENTIAL_ENV - set(graph))
-    for name, env in (("graph", graph), ("bot", bot)):
+    gateway = _env_by_name(workloads["vagent-gateway"]["spec"]["template"]["spec"]["containers"][0])
+    for name, env in (("graph", graph), ("bot", bot), ("gateway", gateway)):
         assert TELEMETRY_ENV <= set(env), (name, sorted(TELEMETRY_ENV - set(env)))
     assert "BUDGETS_FILE" in graph
     for name in CREDENTIAL_ENV:
@@ -850,6 +892,25 @@ def test_new_settings_are_wired(overlay: str) -> None:
             ref = source["configMapKeyRef"]
             assert ref == {"name": ref["name"], "key": name, "optional": True}, ref
             assert re.sub(r"-[a-z0-9]{10}$", "", ref["name"]) == "vagent-config", ref
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_gateway_reads_the_bots_keys(overlay: str) -> None:
+    """The gateway is a peer of the bot: every name they share comes from the very same
+    ConfigMap key or Secret key (a gateway pointed at another provider or agent id would grant
+    what the bot refuses); its own GATEWAY_* keys are wired; it listens on the pod's address."""
+    workloads = _workloads(rendered(overlay))
+    bot = _env_by_name(workloads["vagent-bot"]["spec"]["template"]["spec"]["containers"][0])
+    gateway = _env_by_name(workloads["vagent-gateway"]["spec"]["template"]["spec"]["containers"][0])
+    assert DOOR_ENV <= set(gateway), sorted(DOOR_ENV - set(gateway))
+    for name in set(gateway) & set(bot):
+        assert gateway[name] == bot[name], f"{name}: the gateway and the bot read it from different places"
+    assert GATEWAY_OWN_ENV <= set(gateway), sorted(GATEWAY_OWN_ENV - set(gateway))
+    assert gateway.get("GATEWAY_HOST", {"value": "0.0.0.0"}).get("value") == "0.0.0.0"
+    token = gateway["GRAPH_API_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token == {"name": SECRET_NAME, "key": "GRAPH_API_TOKEN"}, "the service token is required"
+    # a gateway has no Matrix account of its own: it acts only as the person who signs in
+    assert not {"MATRIX_USER", "MATRIX_PASSWORD", "MATRIX_ACCESS_TOKEN"} & set(gateway)
 
 
 # ------------------------------------------------- dev stand-ins (k8s dev overlay)
@@ -1105,7 +1166,7 @@ def _compose_env(service: dict[str, Any]) -> dict[str, Any]:
 def test_compose_services_and_profiles() -> None:
     compose = _compose()
     services = compose["services"]
-    for name in ("redis", "entity-redis", "graph", "bot"):
+    for name in ("redis", "entity-redis", "graph", "bot", "gateway"):
         assert name in services and not services[name].get("profiles"), name
     for name in ("acp", "synapse", "knowledge", "credentials", "tickets", "calendar", "stt"):
         assert services[name]["profiles"] == ["dev"], name
@@ -1123,7 +1184,7 @@ def test_compose_services_and_profiles() -> None:
     assert "entity-redis" not in services["graph"]["depends_on"]
     assert services["bot"]["depends_on"]["graph"]["condition"] == "service_healthy"
     assert "8000:8000" in services["graph"]["ports"]
-    for name in ("graph", "bot"):
+    for name in ("graph", "bot", "gateway"):
         assert services[name]["healthcheck"]["test"], name
     assert services["acp"]["command"] in (["vagent-acp"], "vagent-acp")
     assert services["acp"]["image"] == "vagent-dev:local"
@@ -1150,6 +1211,7 @@ def test_compose_build_dockerfiles_exist() -> None:
     [
         ("graph", GRAPH_PROCESS_ENV),
         ("bot", BOT_ENV | OTEL_STANDARD_ENV),
+        ("gateway", GATEWAY_ENV | OTEL_STANDARD_ENV),
         ("acp", ACP_ENV),
         ("knowledge", GRAPH_ENV),
         ("credentials", CREDENTIALS_ENV),
@@ -1177,7 +1239,7 @@ def test_compose_secrets_have_no_default() -> None:
                 continue
             m = ok.match(str(value))
             assert m and m["var"] == name, f"{sname}: secret {name} has a default or literal value: {value!r}"
-    for sname in ("graph", "bot"):
+    for sname in ("graph", "bot", "gateway"):
         token = _compose_env(services[sname])["GRAPH_API_TOKEN"]
         assert token.startswith("${GRAPH_API_TOKEN:?"), f"{sname}: GRAPH_API_TOKEN must be required"
 
@@ -1235,6 +1297,31 @@ def test_compose_wires_every_new_setting() -> None:
     assert TELEMETRY_ENV <= set(graph) and TELEMETRY_ENV <= set(bot)
     assert {n: graph[n] for n in TELEMETRY_ENV} == {n: bot[n] for n in TELEMETRY_ENV}
     assert "BUDGETS_FILE" in graph
+
+
+def test_compose_gateway() -> None:
+    """The gateway runs by default (no profile) from gateway/Dockerfile on 8100, after Redis and
+    the graph are healthy, with the bot's values for every name they share (one anchor), its
+    own GATEWAY_* settings, and a health check on its own port."""
+    services = _compose()["services"]
+    gateway, bot = services["gateway"], services["bot"]
+    build = gateway["build"]
+    assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DOCKERFILES["gateway"].resolve()
+    assert gateway["image"] == "vagent-gateway:local"
+    assert "8100:8100" in gateway["ports"]
+    for dep in ("redis", "graph"):
+        assert gateway["depends_on"][dep]["condition"] == "service_healthy", dep
+    env, bot_env = _compose_env(gateway), _compose_env(bot)
+    assert DOOR_ENV <= set(env) and DOOR_ENV <= set(bot_env)
+    for name in set(env) & set(bot_env):
+        assert env[name] == bot_env[name], f"{name}: the gateway and the bot are given different values"
+    assert GATEWAY_OWN_ENV <= set(env), sorted(GATEWAY_OWN_ENV - set(env))
+    assert env["GATEWAY_HOST"] == "0.0.0.0" and str(env["GATEWAY_PORT"]) == "8100"
+    shared = AUDIT_ENV | TELEMETRY_ENV
+    assert {n: env[n] for n in shared} == {n: bot_env[n] for n in shared}
+    assert not {"MATRIX_USER", "MATRIX_PASSWORD", "MATRIX_ACCESS_TOKEN"} & set(env)
+    check = " ".join(gateway["healthcheck"]["test"])
+    assert "127.0.0.1:8100/health" in check, check
 
 
 @pytest.mark.parametrize("workload", sorted(DEV_SERVICES))
@@ -1390,7 +1477,7 @@ def _eval_tiltfile() -> tuple[list[tuple[str, tuple[Any, ...], dict[str, Any]]],
 def test_tiltfile_builds_images_and_loads_dev_overlay() -> None:
     calls = _run_tiltfile()
     builds = {args[0]: (args, kwargs) for name, args, kwargs in calls if name == "docker_build"}
-    assert set(builds) == {"vagent-graph", "vagent-bot", "vagent-redis", "vagent-dev"}
+    assert set(builds) == {"vagent-graph", "vagent-bot", "vagent-gateway", "vagent-redis", "vagent-dev"}
     # Redis: a plain build of deploy/redis (nothing to live-update in it)
     redis_args, redis_kwargs = builds.pop("vagent-redis")
     context = ROOT / redis_args[1]
@@ -1441,6 +1528,9 @@ def test_tiltfile_resources_and_port_forwards() -> None:
     assert "8092:8092" in forwards["vagent-tickets"] or "8092" in forwards["vagent-tickets"]
     assert "8093:8093" in forwards["vagent-calendar"] or "8093" in forwards["vagent-calendar"]
     assert "8094:8094" in forwards["vagent-stt"] or "8094" in forwards["vagent-stt"]
+    assert "8100:8100" in forwards["vagent-gateway"] or "8100" in forwards["vagent-gateway"]
+    # the gateway calls the graph and asks the provider: it waits for both, like the bot
+    assert {"vagent-graph", "vagent-acp"} <= set(resources["vagent-gateway"]["resource_deps"])
     # every dev stand-in is a Tilt resource of its own, labelled like the rest
     assert set(DEV_SERVICES) <= set(resources)
     # the graph waits for the stand-ins it is pointed at, the bot for the STT stand-in
@@ -1539,7 +1629,7 @@ def test_dockerfile(service: str) -> None:
     users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert any(ln.startswith("HEALTHCHECK ") and "urllib" in ln and "/health" in ln for ln in lines)
-    port = {"graph": "8000", "bot": "8080"}[service]
+    port = {"graph": "8000", "bot": "8080", "gateway": "8100"}[service]
     assert any(ln.startswith("EXPOSE ") and port in ln.split() for ln in lines)
     (cmd,) = [ln for ln in lines if ln.startswith("CMD ")]
     assert cmd == f'CMD ["vagent-{service}"]'
@@ -1667,7 +1757,7 @@ def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
         )
         assert "--hash=sha256:" in line, f"{lock.name}: no hash for {name}"
     assert requirements > 10
-    if lock.stem in ("graph", "bot"):
+    if lock.stem in ("graph", "bot", "gateway"):
         assert not re.search(r"^vagent-", text, re.M), "our own packages must not be in the lock"
 
 
@@ -1677,7 +1767,8 @@ def test_requirements_locks_are_pinned_with_hashes(lock: Path) -> None:
 def test_deployment_doc_lists_every_setting_the_manifests_use() -> None:
     doc = (ROOT / "docs" / "deployment.md").read_text()
     used: set[str] = set()
-    for service in ("graph", "bot", "acp", "knowledge", "credentials", "tickets", "calendar", "stt"):
+    services = ("graph", "bot", "gateway", "acp", "knowledge", "credentials", "tickets", "calendar", "stt")
+    for service in services:
         used |= set(_compose_env(_compose()["services"][service]))
     for name in sorted(used | KNOWLEDGE_ENV | AUDIENCE_ENV | CREDENTIAL_ENV | AUDIT_ENV):
         assert f"`{name}`" in doc, f"docs/deployment.md does not mention {name}"

@@ -1,10 +1,12 @@
 """`make run` starts the whole product on embedded defaults; `make chat` talks to it; the
 README's curl example works as written (only ports change: tests never bind 8000/8008); the
+gateway answers a demo user's LangGraph SDK client with the token `make run` prints; the
 ticket tools act with each demo user's own key and the audit trail records it; the demo agent
 uses the demo calendar MCP server with each user's own key."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,9 +24,10 @@ import httpx
 import pytest
 import redis
 import yaml
+from langgraph_sdk import get_client
 
 from redis_local import free_port
-from vagent_shared.settings import BotSettings, GraphSettings
+from vagent_shared.settings import BotSettings, GatewaySettings, GraphSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -44,7 +47,7 @@ def port_open(port: int) -> bool:
 
 
 def test_readme_documents_every_setting() -> None:
-    for name in [*GraphSettings.model_fields, *BotSettings.model_fields]:
+    for name in [*GraphSettings.model_fields, *BotSettings.model_fields, *GatewaySettings.model_fields]:
         assert f"| `{name}` |" in README, f"{name} is not documented in README.md"
 
 
@@ -69,7 +72,13 @@ def run_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def make_run(run_data: Path) -> Iterator[dict[str, int]]:
+def run_summary() -> dict[str, str]:
+    """What `make run` printed up to "Ctrl-C stops everything" (filled in by make_run)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def make_run(run_data: Path, run_summary: dict[str, str]) -> Iterator[dict[str, int]]:
     names = (
         "HTTP_PORT",
         "REDIS_PORT",
@@ -81,9 +90,10 @@ def make_run(run_data: Path) -> Iterator[dict[str, int]]:
         "TICKETS_PORT",
         "CALENDAR_PORT",
         "STT_STANDIN_PORT",
+        "GATEWAY_PORT",
     )
     ports: dict[str, int] = {}
-    for name in names:  # free_port may hand out the same free port twice: ten different ones
+    for name in names:  # free_port may hand out the same free port twice: all different
         port = free_port()
         while port in ports.values():
             port = free_port()
@@ -120,11 +130,20 @@ def make_run(run_data: Path) -> Iterator[dict[str, int]]:
         "BUDGETS_FILE",
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        # the gateway: make run's defaults (its port is set above)
+        "AGENT_ID",
+        "GATEWAY_HOST",
+        "GATEWAY_TENANT",
+        "GATEWAY_TOKEN_CACHE_SECONDS",
+        "GATEWAY_MAX_STREAMS_PER_USER",
     }
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(
         {k: str(v) for k, v in ports.items()},
         VAGENT_DATA_DIR=str(run_data),
+        # This module sends alice's messages through Matrix and the gateway faster than a person
+        # would (one flood budget for both doors); the limit itself: test_flood*.py, test_gateway_api.py.
+        FLOOD_MAX_MESSAGES="40",
     )
     proc = subprocess.Popen(
         ["make", "-s", "run"],
@@ -143,6 +162,7 @@ def make_run(run_data: Path) -> Iterator[dict[str, int]]:
     assert "offline model" in out and "@alice:localhost / alice-password" in out
     assert f"http://127.0.0.1:{ports['CALENDAR_PORT']}/mcp" in out and "deploy/dev/agent.yaml" in out
     assert f"http://127.0.0.1:{ports['STT_STANDIN_PORT']}/v1   (stand-in" in out
+    run_summary["text"] = out
     yield ports
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     try:
@@ -524,7 +544,11 @@ def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path
         [("what do you remember about me?", r"don't remember anything about you that I may use here")],
         CHAT_WITH="@carol:localhost",
     )
-    assert "short answers" not in room.split("what do you remember")[-1]
+    # the bot's lines only: the chat client's own hints quote the README's examples
+    said = [
+        ln for ln in re.sub(r"\x1b\[[0-9;]*m", "", room).splitlines() if ln.lstrip().startswith("vagent:")
+    ]
+    assert said and not any("short answers" in ln for ln in said), room
     gone = chat(
         make_run,
         tmp_path,
@@ -532,6 +556,149 @@ def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path
         [("!forget 1", r"Forgot: I prefer short answers"), ("!memory", r"You have no memories\.")],
     )
     assert "Forgot" in gone
+
+
+def matrix_login(make_run: dict[str, int], user: str, password: str | None = None) -> str:
+    """A demo user's own Matrix access token from make run's Synapse (what a web client holds)."""
+    body = {
+        "type": "m.login.password",
+        "identifier": {"type": "m.id.user", "user": user},
+        "password": password or f"{user}-password",
+    }
+    got = httpx.post(f"http://127.0.0.1:{make_run['SYNAPSE_PORT']}/_matrix/client/v3/login", json=body)
+    assert got.status_code == 200, got.text
+    return str(got.json()["access_token"])
+
+
+def gateway_summary(run_summary: dict[str, str]) -> tuple[str, str, str, str]:
+    """make run's gateway lines: deployment URL, assistant id, API key, the SDK one-liner."""
+    out = run_summary["text"]
+    found = re.search(r"deployment URL (\S+), assistant id (\S+),\nAPI key \([^)]*\): (\S+)\n  (.+)\n", out)
+    assert found, out
+    url, assistant, key, example = found.groups()
+    return url, assistant, key, example
+
+
+@pytest.mark.timeout(300)
+def test_make_run_gateway_serves_a_demo_users_sdk_client(
+    make_run: dict[str, int], run_summary: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 33's "done when", against make run: the deployment URL, assistant id and API key
+    (alice's own Matrix access token from the throwaway Synapse) that make run prints work from
+    `langgraph_sdk.get_client` as documented: a thread is created and an answer streamed
+    (`values`); the printed one-liner answers as written; bob cannot see alice's thread (404),
+    dave, who has no agent access, gets 403 and a forged token 401."""
+    url, assistant, key, example = gateway_summary(run_summary)
+    assert url == f"http://127.0.0.1:{make_run['GATEWAY_PORT']}", url
+    assert assistant == "vagent"
+    assert httpx.get(f"{url}/health").status_code == 200
+    whoami = httpx.get(
+        f"http://127.0.0.1:{make_run['SYNAPSE_PORT']}/_matrix/client/v3/account/whoami",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert whoami.json().get("user_id") == "@alice:localhost", "the printed API key is not alice's token"
+    question = "how many records are older than 2020?"
+    answer = r"\(offline model\) There are \d+ matching records\."
+    turn: dict[str, Any] = {"messages": [{"role": "user", "content": question}]}
+
+    async def as_alice() -> tuple[str, list[tuple[str, Any]]]:
+        client = get_client(url=url, api_key=key)
+        thread = await client.threads.create(metadata={"purpose": "make run check"})
+        events = [
+            (part.event, part.data)
+            async for part in client.runs.stream(
+                thread["thread_id"],
+                assistant,
+                input=turn,
+                stream_mode="values",
+            )
+        ]
+        mine = await client.threads.search(metadata={"purpose": "make run check"})
+        assert thread["thread_id"] in [t["thread_id"] for t in mine], mine
+        return str(thread["thread_id"]), events
+
+    thread_id, events = asyncio.run(as_alice())
+    names = [name for name, _ in events]
+    assert names[0] == "metadata" and "values" in names and "error" not in names, events
+    messages = [data for name, data in events if name == "values"][-1]["messages"]
+    assert messages[0]["type"] == "human" and messages[0]["content"] == question, messages
+    assert messages[-1]["type"] == "ai" and re.fullmatch(answer, messages[-1]["content"]), messages
+
+    # The one-liner make run prints, run as printed.
+    done = subprocess.run(["bash", "-c", example], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{example}\n{done.stdout}\n{done.stderr}"
+    assert re.fullmatch(answer, done.stdout.strip()), done.stdout
+
+    async def status(token: str, call: str) -> int:
+        client = get_client(url=url, api_key=token)
+        try:
+            if call == "get":
+                await client.threads.get(thread_id)
+            elif call == "stream":
+                async for _ in client.runs.stream(thread_id, assistant, input=turn):
+                    pass
+            elif call == "create":
+                await client.threads.create()
+            elif not await client.assistants.search():
+                return 403  # not listed at all: as good as refused
+        except httpx.HTTPStatusError as e:
+            return e.response.status_code
+        return 200
+
+    bob = matrix_login(make_run, "bob")
+    assert asyncio.run(status(bob, "get")) == 404, "bob can read alice's thread"
+    assert asyncio.run(status(bob, "stream")) == 404, "bob can run in alice's thread"
+    dave = matrix_login(make_run, "dave")
+    assert asyncio.run(status(dave, "create")) == 403, "dave (no agent access) got a thread"
+    assert asyncio.run(status(dave, "search")) == 403, "dave (no agent access) sees the assistant"
+    assert asyncio.run(status("syt_forged_" + key[-12:], "create")) == 401
+
+
+def docs_sdk_example() -> str:
+    """The Python example of docs/gateway.md, as a reader copies it."""
+    doc = (ROOT / "docs" / "gateway.md").read_text()
+    section = doc.split("<!-- sdk-example:start -->")[1].split("<!-- sdk-example:end -->")[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    return str(code)
+
+
+@pytest.mark.timeout(300)
+def test_docs_gateway_sdk_example_runs_as_written(
+    make_run: dict[str, int], run_summary: dict[str, str]
+) -> None:
+    """docs/gateway.md's langgraph_sdk example, run as written against make run's gateway with a
+    demo user's own token (admin, a superuser, so the other tests' flood budget is untouched):
+    the delete's confirmation arrives as an interrupt with its action and arguments, `n`
+    rejects it, and nothing was deleted (asked again in a new thread: the same count); the
+    thread search lists the example's own threads."""
+    url, _, _, _ = gateway_summary(run_summary)
+    env = {**os.environ, "VAGENT_URL": url, "VAGENT_TOKEN": matrix_login(make_run, "admin")}
+    code = docs_sdk_example()
+
+    def run_once() -> str:
+        done = subprocess.run(
+            [str(BIN / "python"), "-c", code],
+            input="n\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    first = run_once()
+    asked = re.search(
+        r"^Delete (\d[\d,]*) records? older than 2024-01-01\? \{.*'older_than'.*\}$", first, re.M
+    )
+    assert asked, first
+    assert "approve? [y/N]" in first
+    after = first.split("approve? [y/N]", 1)[1]
+    assert "Deleted" not in after and after.strip(), first
+    again = run_once()
+    assert f"Delete {asked[1]} record" in again, f"the rejected delete changed something:\n{first}\n{again}"
+    listed = re.findall(r"^([0-9a-f-]{36}) (\w+)$", again, re.M)
+    assert len(listed) >= 2 and all(status == "idle" for _, status in listed), again
 
 
 def vagent_json(make_run: dict[str, int], *args: str) -> list[Any]:
