@@ -558,6 +558,35 @@ def test_make_chat_memory_as_the_readme_shows(make_run: dict[str, int], tmp_path
     assert "Forgot" in gone
 
 
+def test_make_chat_schedules_as_the_readme_shows(make_run: dict[str, int], tmp_path: Path) -> None:
+    """The README's scheduled-task example: made, run as the asker with the ⏰ line and the
+    answer, listed with its last result, deleted. As the demo's admin (see the memory test)."""
+    task = "what is on my calendar today?"
+    out = chat(
+        make_run,
+        tmp_path,
+        "admin",
+        [
+            (f"!schedule in 15s: {task}", r"⏰ Scheduled task (\d+): .* next run "),
+            ("!schedules", r"\d+\. .what is on my calendar today\?. — .* — last: not run yet"),
+            # the run: the ⏰ line, then the answer in its thread (the calendar stand-in's events)
+            ("!help", r"⏰ Scheduled: what is on my calendar today\?"),
+        ],
+        timeout=90,
+    )
+    number = re.findall(r"⏰ Scheduled task (\d+):", out)[-1]
+    done = chat(
+        make_run,
+        tmp_path,
+        "admin",
+        [
+            ("!schedules", rf"{number}\. .what is on my calendar today\?. — .* — last: (answered|failed)"),
+            (f"!unschedule {number}", rf"🗑️ Deleted scheduled task {number}"),
+        ],
+    )
+    assert re.search(rf"{number}\. .* — last: answered", done), done
+
+
 def matrix_login(make_run: dict[str, int], user: str, password: str | None = None) -> str:
     """A demo user's own Matrix access token from make run's Synapse (what a web client holds)."""
     body = {
