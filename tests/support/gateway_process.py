@@ -8,6 +8,7 @@ a table of tokens lets the integration tests name people, forge and revoke token
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Self
 
 from procutil import free_port
 
-from tests.support.procs import ServiceProcess
+from tests.support.procs import ROOT, ServiceProcess
 
 
 class WhoamiStandIn:
@@ -104,3 +105,14 @@ class GatewayProcess(ServiceProcess):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+def demo_acp(tmp: Path) -> ServiceProcess:
+    """The development AccessControlProvider (`vagent-acp`) serving a copy of the demo policy
+    (deploy/dev/acp-policy.yaml: @alice and @bob have agent access, @dave is unknown), not
+    started. The copy, so a test may edit it without touching the repository's."""
+    policy = tmp / "acp-policy.yaml"
+    shutil.copy(ROOT / "deploy/dev/acp-policy.yaml", policy)
+    port = free_port()
+    env = {"ACP_HOST": "127.0.0.1", "ACP_PORT": str(port), "ACP_POLICY_FILE": str(policy)}
+    return ServiceProcess("vagent-acp", env, tmp / "acp.log", f"http://127.0.0.1:{port}/health")

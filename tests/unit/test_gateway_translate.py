@@ -149,6 +149,8 @@ def test_metadata_filter() -> None:
         ({"authorization": "Bearer "}, None),
         ({"x-api-key": "has space"}, None),
         ({"x-api-key": "x" * 5000}, None),
+        ({"x-api-key": "syt_key\xa0"}, None),  # a non-breaking space is not HTTP's white space
+        ({"authorization": "Bearer syt_abc\xa0"}, None),
         ({}, None),
     ],
 )

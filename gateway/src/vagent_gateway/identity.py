@@ -36,7 +36,10 @@ def token_from(headers: Mapping[str, str]) -> str | None:
     `api_key` send). None when absent or not token-shaped."""
     auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
-    token = value.strip() if scheme.lower() == "bearer" else headers.get("x-api-key", "").strip()
+    # only HTTP's own whitespace around it: str.strip() would also take off a non-breaking
+    # space (latin-1 0xA0), accepting "<token>\xa0" as the token
+    raw = value if scheme.lower() == "bearer" else headers.get("x-api-key", "")
+    token = raw.strip(" \t")
     if not token or len(token) > MAX_TOKEN_CHARS or not token.isascii() or not token.isprintable():
         return None
     if any(c.isspace() for c in token):
