@@ -26,9 +26,10 @@ from nio import AsyncClient
 from nio.crypto.attachments import decrypt_attachment
 from nio.exceptions import EncryptionError
 
-from vagent_bot.http import LazySession, proxy_for
+from vagent_bot.http import proxy_for
 from vagent_bot.media import Media, declared_size_refusal, mxc_parts, too_large, type_refusal
 from vagent_shared.attachments import Kind, sniff_mime
+from vagent_shared.graph_client import LazySession
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)

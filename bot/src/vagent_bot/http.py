@@ -9,7 +9,6 @@ per target: aiohttp's `trust_env` re-reads them, and ~/.netrc, on every request
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -37,23 +36,3 @@ def client_tracing() -> list[aiohttp.TraceConfig]:
     return [create_trace_config()]
 
 
-class LazySession:
-    """An aiohttp session made on first use (it belongs to the running loop), or the one a
-    caller handed in; `aclose` closes only one it made itself."""
-
-    def __init__(
-        self,
-        given: aiohttp.ClientSession | None = None,
-        make: Callable[[], aiohttp.ClientSession] = aiohttp.ClientSession,
-    ) -> None:
-        self._session, self._owned, self._make = given, given is None, make
-
-    def get(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = self._make()
-        return self._session
-
-    async def aclose(self) -> None:
-        if self._owned and self._session is not None:
-            await self._session.close()
-            self._session = None

@@ -14,7 +14,8 @@ import re
 import aiohttp
 import structlog
 
-from vagent_bot.http import LazySession, proxy_for
+from vagent_bot.http import proxy_for
+from vagent_shared.graph_client import LazySession
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)
