@@ -398,3 +398,97 @@ def test_no_token_in_the_gateway_log(gateway: GatewayProcess) -> None:
     audit = [json.loads(ln) for ln in logs.splitlines() if ln.startswith("{") and '"audit"' in ln]
     assert any(a.get("audit", {}).get("event_type") == "hitl_decision" for a in audit)
     assert any(a.get("audit", {}).get("reason") == "not the thread's owner" for a in audit)
+
+
+# ---- CORS: agent-chat-ui, a page of another origin ------------------------------------------
+ALLOWED_ORIGIN, OTHER_ORIGIN = "https://chat.example.org", "https://evil.example.net"
+
+
+@pytest.fixture(scope="module")
+def listed_gateway(
+    redis_url: str,
+    whoami: WhoamiStandIn,
+    acp: ServiceProcess,
+    graph: GraphProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[GatewayProcess]:
+    """A gateway that answers browsers of listed origins only (a trailing `/` as people write it)."""
+    with GatewayProcess(
+        redis_url,
+        tmp_path_factory.mktemp("gw-cors"),
+        homeserver=whoami.url,
+        graph_url=graph.url,
+        graph_token=GRAPH_TOKEN,
+        acp_url=acp.base_url,
+        GATEWAY_CORS_ORIGINS=f"{ALLOWED_ORIGIN}/, http://localhost:3000",
+        FLOOD_MAX_MESSAGES="1000",
+    ) as gw:
+        yield gw
+
+
+def preflight(origin: str, thread_id: str) -> tuple[str, dict[str, str]]:
+    """What a browser asks before agent-chat-ui's `runs.stream`: no token, the headers it will send."""
+    return f"/threads/{thread_id}/runs/stream", {
+        "Origin": origin,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type,x-api-key",
+    }
+
+
+def audited_paths(gateway: GatewayProcess) -> str:
+    return "\n".join(ln for ln in gateway.logs().splitlines() if '"audit"' in ln)
+
+
+@pytest.mark.parametrize("which", ["listed", "any"])
+async def test_a_preflight_from_an_allowed_origin_needs_no_token(
+    which: str, gateway: GatewayProcess, listed_gateway: GatewayProcess
+) -> None:
+    gw = listed_gateway if which == "listed" else gateway
+    thread_id = secrets.token_hex(16)
+    path, headers = preflight(ALLOWED_ORIGIN, thread_id)
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.options(path, headers=headers)
+    assert r.status_code == 200
+    assert r.headers["access-control-allow-origin"] == (ALLOWED_ORIGIN if which == "listed" else "*")
+    allowed = {h.strip().lower() for h in r.headers["access-control-allow-headers"].split(",")}
+    assert {"authorization", "x-api-key", "content-type", "last-event-id"} <= allowed
+    methods = {m.strip() for m in r.headers["access-control-allow-methods"].split(",")}
+    assert {"GET", "POST", "DELETE", "PATCH"} <= methods
+    assert "access-control-allow-credentials" not in r.headers  # tokens are headers, never cookies
+    await asyncio.sleep(0.3)  # an audit line would have been written by now
+    assert thread_id not in audited_paths(gw)  # not a refused token
+
+
+async def test_a_disallowed_origin_gets_no_cors_headers(listed_gateway: GatewayProcess) -> None:
+    path, headers = preflight(OTHER_ORIGIN, secrets.token_hex(16))
+    async with httpx.AsyncClient(base_url=listed_gateway.url) as c:
+        r = await c.options(path, headers=headers)
+        assert r.status_code >= 400
+        assert not [h for h in r.headers if h.startswith("access-control-")]
+        # an actual request from there is answered (the browser withholds it from the page)
+        r = await c.get("/info", headers={"Origin": OTHER_ORIGIN})
+        assert r.status_code == 200 and not [h for h in r.headers if h.startswith("access-control-")]
+        # a prefix of an allowed origin is another origin
+        r = await c.get("/info", headers={"Origin": ALLOWED_ORIGIN + ".evil.example.net"})
+        assert "access-control-allow-origin" not in r.headers
+
+
+async def test_a_cross_origin_stream_exposes_content_location(
+    listed_gateway: GatewayProcess, llm_server: ScriptedLLMServer
+) -> None:
+    llm_server.push_text("Hello from afar.")
+    headers = {"Origin": ALLOWED_ORIGIN, "X-Api-Key": ALICE_TOKEN}
+    async with httpx.AsyncClient(base_url=listed_gateway.url, headers=headers, timeout=30) as c:
+        thread = (await c.post("/threads", json={})).json()
+        body = {"assistant_id": AGENT, "input": said("hi"), "stream_mode": ["values"]}
+        async with c.stream("POST", f"/threads/{thread['thread_id']}/runs/stream", json=body) as r:
+            text = (await r.aread()).decode()
+        assert r.status_code == 200, text
+        assert r.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+        exposed = {h.strip().lower() for h in r.headers["access-control-expose-headers"].split(",")}
+        assert "content-location" in exposed
+        assert r.headers["content-location"].startswith(f"/threads/{thread['thread_id']}/runs/")
+        assert "Hello from afar." in text and "event: end" in text
+        # an error is readable by the page too
+        r = await c.get(f"/threads/{secrets.token_hex(16)}")
+        assert r.status_code == 404 and r.headers["access-control-allow-origin"] == ALLOWED_ORIGIN

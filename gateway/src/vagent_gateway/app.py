@@ -21,17 +21,23 @@ from urllib.parse import urlsplit
 
 import structlog
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import PlainTextResponse
+from starlette.types import Message, Send
 
 from vagent_gateway import metrics, translate
 from vagent_gateway.auth import Caller, Door
 from vagent_gateway.graph_client import GraphClient, GraphError
 from vagent_gateway.identity import Identity
 from vagent_gateway.middleware import BodyLimit, CountRequests
+from vagent_gateway.replicas import RunLeases
 from vagent_gateway.runs import Run, Runs, ThreadBusy, TooManyRuns
 from vagent_gateway.threads import ThreadExists, ThreadRecord, ThreadStore, metadata_matches, parse_thread_id
 from vagent_shared import audit_trail, redis_connect
@@ -49,6 +55,67 @@ VERSION: Final = "0.1.0"
 #: A stream silent this long gets a keep-alive comment (proxies close idle connections).
 KEEPALIVE_SECONDS: Final = 15.0
 STARTED_AT: Final = datetime.now(UTC).isoformat()
+
+
+#: What a browser page may send (CORS): the token headers, JSON, and what the LangGraph SDKs
+#: add (`Accept`/`Cache-Control` on streams, `Last-Event-ID` when one resumes, `Prefer`), and
+#: a browser's own trace context.
+CORS_HEADERS: Final = (
+    "Authorization",
+    "X-Api-Key",
+    "Content-Type",
+    "Accept",
+    "Cache-Control",
+    "Last-Event-ID",
+    "Prefer",
+    "X-Request-Id",
+    "traceparent",
+    "tracestate",
+    "baggage",
+)
+#: What a page may read of an answer: the SDKs take a run's id from `Content-Location`.
+CORS_EXPOSED: Final = ("Content-Location",)
+CORS_METHODS: Final = ("GET", "POST", "DELETE", "PATCH", "OPTIONS")
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS, but an origin not allowed gets no `Access-Control-*` header at all
+    (Starlette tells anyone the allowed methods and headers, and the exposed ones): nothing
+    about the API is told to a page that may not use it."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        if not self.is_allowed_origin(origin=request_headers["origin"]):
+            return PlainTextResponse("Disallowed CORS origin", status_code=400)
+        return super().preflight_response(request_headers)
+
+    async def send(self, message: Message, send: Send, request_headers: Headers) -> None:
+        origin = request_headers.get("origin")
+        if origin is None or self.is_allowed_origin(origin=origin):
+            await super().send(message, send, request_headers)
+            return
+        if message["type"] == "http.response.start":  # a cache must not reuse it for another origin
+            message.setdefault("headers", [])
+            headers = MutableHeaders(scope=message)
+            headers["Vary"] = ", ".join([*headers.getlist("Vary"), "Origin"])
+        await send(message)
+
+
+def add_cors(app: FastAPI, origins: list[str]) -> None:
+    """Answer browsers of `origins` (GATEWAY_CORS_ORIGINS; `*`: any), outermost so every answer
+    carries the headers, errors too, and a preflight is answered before any route: it needs no
+    token and is never audited as a refused one. Never credentials mode: tokens travel in
+    headers, not cookies (settings.py says why `*` is safe)."""
+    if not origins:
+        return
+    app.add_middleware(
+        Cors,
+        allow_origins=["*"] if "*" in origins else origins,
+        allow_credentials=False,
+        allow_methods=CORS_METHODS,
+        allow_headers=CORS_HEADERS,
+        expose_headers=CORS_EXPOSED,
+        max_age=600,
+    )
 
 
 def proxy_for(url: str) -> str | None:
@@ -162,7 +229,7 @@ class Gateway:
                 settings.GRAPH_API_ENDPOINT, token, proxy=proxy_for(settings.GRAPH_API_ENDPOINT)
             ),
             threads=threads,
-            runs=Runs(threads, settings.GATEWAY_MAX_STREAMS_PER_USER),
+            runs=Runs(threads, RunLeases(redis, settings.GATEWAY_MAX_STREAMS_PER_USER)),
         )
 
     async def aclose(self) -> None:
@@ -189,6 +256,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         gw.audit.start()
+        gw.runs.start_background()
         yield
         await gw.aclose()
 
@@ -201,6 +269,7 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.MAX_REQUEST_BYTES)
     app.add_middleware(CountRequests)
+    add_cors(app, settings.GATEWAY_CORS_ORIGINS)
 
     @app.exception_handler(RedisError)
     async def _redis_down(_: Request, exc: RedisError) -> JSONResponse:
@@ -355,9 +424,9 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @app.delete("/threads/{thread_id}", status_code=204)
     async def delete_thread(thread_id: str, who: CallerDep) -> Response:
         record = await owned(thread_id, who)
-        running = gw.runs.running_on(record.thread_id)
+        running = await gw.runs.running_anywhere(record.thread_id, who.user_id)
         if running is not None:
-            await gw.runs.cancel(running)
+            await gw.runs.cancel_anywhere(running)
         try:
             await gw.graph.reset(record.session.format())
         except GraphError as exc:
@@ -423,39 +492,49 @@ def create_app(settings: GatewaySettings) -> FastAPI:
                     429, "flood_limited", "You're sending messages too fast. Please wait a moment."
                 )
         try:
-            run = gw.runs.reserve(record, agent_id, body.metadata)
+            run = await gw.runs.reserve(record, agent_id, body.metadata)
         except ThreadBusy:
             metrics.LIMITED.labels("thread_busy").inc()
             raise api_error(409, "thread_busy", "A run of this thread is in progress.") from None
         except TooManyRuns:
             metrics.LIMITED.labels("streams").inc()
             raise api_error(429, "too_many_runs", "Too many runs at once. Wait for one to finish.") from None
-        if answer is not None and pending is not None:
-            gw.audit.record(
-                "hitl_decision",
-                user_id=who.user_id,
-                session_id=sid.format(),
-                domain=who.tenant,
-                resource=f"question:{pending.interrupt_id}",
-                decision="approved" if answer == "yes" else "declined" if answer == "no" else "answered",
-                metadata={"option": answer} if pending.options else {},
-                arguments=None if pending.options else {"answer": answer},
-            )
-            feedback = FeedbackRequest(
-                session_id=sid.format(), response=answer, interrupt_id=pending.interrupt_id, ac_context=who.ac
-            )
-            gw.runs.start(run, record, lambda: gw.graph.submit_feedback(feedback), human)
-        else:
-            assert human is not None
-            message = ProcessMessageRequest(
-                session_id=sid.format(),
-                room_id=sid.room_id,
-                user_id=who.user_id,
-                message=human["content"],
-                context={"gateway_run": run.run_id},
-                ac_context=who.ac,
-            )
-            gw.runs.start(run, record, lambda: gw.graph.process_message(message), human)
+        try:
+            if answer is not None and pending is not None:
+                gw.audit.record(
+                    "hitl_decision",
+                    user_id=who.user_id,
+                    session_id=sid.format(),
+                    domain=who.tenant,
+                    resource=f"question:{pending.interrupt_id}",
+                    decision="approved" if answer == "yes" else "declined" if answer == "no" else "answered",
+                    metadata={"option": answer} if pending.options else {},
+                    arguments=None if pending.options else {"answer": answer},
+                )
+                feedback = FeedbackRequest(
+                    session_id=sid.format(),
+                    response=answer,
+                    interrupt_id=pending.interrupt_id,
+                    ac_context=who.ac,
+                )
+                gw.runs.start(run, record, lambda: gw.graph.submit_feedback(feedback), human)
+            else:
+                assert human is not None
+                message = ProcessMessageRequest(
+                    session_id=sid.format(),
+                    room_id=sid.room_id,
+                    user_id=who.user_id,
+                    message=human["content"],
+                    context={"gateway_run": run.run_id},
+                    ac_context=who.ac,
+                )
+                gw.runs.start(run, record, lambda: gw.graph.process_message(message), human)
+        except BaseException:
+            await gw.runs.abandon(run)  # never started: it must not keep counting
+            raise
+        span = trace.get_current_span()  # the request's server span, when tracing is on
+        span.set_attribute("vagent.gateway.thread_id", run.thread_id)
+        span.set_attribute("vagent.gateway.run_id", run.run_id)
         try:
             await run.started
         except GraphError as exc:
@@ -521,10 +600,10 @@ def create_app(settings: GatewaySettings) -> FastAPI:
     @app.post("/threads/{thread_id}/runs/{run_id}/cancel", status_code=204)
     async def cancel_run(thread_id: str, run_id: str, who: CallerDep) -> Response:
         record = await owned(thread_id, who)
-        run = gw.runs.get(run_id, who.user_id)
-        if run is None or run.thread_id != record.thread_id:
+        ref = await gw.runs.find(run_id, who.user_id)  # on this replica or another one
+        if ref is None or ref.thread_id != record.thread_id:
             raise api_error(404, "not_found", f"Run {run_id[:64]} not found.")
-        await gw.runs.cancel(run)
+        await gw.runs.cancel_anywhere(ref)
         log.info("run_cancelled", user_id=who.user_id, thread_id=record.thread_id, run_id=run_id)
         return Response(status_code=204)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import structlog
 from fastapi import HTTPException, Request
+from opentelemetry import trace
 
 from vagent_gateway import metrics
 from vagent_gateway.identity import HomeserverUnavailable, Identity, token_from
@@ -71,7 +72,11 @@ class Door:
             raise unauthorized()
         metrics.AUTH.labels("verified").inc()
         tenant = tenant_of(user_id, self.tenant)
+        span = trace.get_current_span()  # the request's server span, when tracing is on
+        span.set_attribute("enduser.id", user_id)
+        span.set_attribute("vagent.tenant", tenant)
         result = await self.access.check(user_id, tenant)
+        span.set_attribute("vagent.access.reason", result.reason)
         if result.allowed and result.ac is not None:
             return Caller(user_id, tenant, result.ac)
         if result.reason in UNAVAILABLE_REASONS:

@@ -6,9 +6,11 @@ stream, `runs.wait`, nobody after a disconnect with `on_disconnect: continue`), 
 arrives on another request. The task alone writes the thread while it runs; listeners read
 neutral items from the queue and translate them to the stream modes they asked for.
 
-Limits: at most `max_per_user` runs of one person at once (429), one run per thread (409,
-LangGraph's `multitask_strategy: reject`); the graph's own session lock (409 session_busy)
-covers a run of the same thread on another gateway replica.
+Limits: at most `max_per_user` runs of one person at once on all replicas together (429;
+counted in Redis, replicas.py), one run per thread (409, LangGraph's `multitask_strategy:
+reject`); the graph's own session lock (409 session_busy) covers a run of the same thread on
+another gateway replica. A cancel received by another replica reaches the run through Redis
+(replicas.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections import Counter
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -25,6 +26,7 @@ import structlog
 
 from vagent_gateway import translate
 from vagent_gateway.graph_client import GraphError
+from vagent_gateway.replicas import RunLeases, RunRef
 from vagent_gateway.threads import ThreadRecord, ThreadStore, now_iso
 from vagent_shared.events import ErrorEvent, HitlRequest, SSEEvent, TextChunk, TextFinal
 
@@ -64,6 +66,10 @@ class Run:
     final_values: dict[str, Any] = field(default_factory=dict)
     error: dict[str, Any] | None = None
 
+    @property
+    def ref(self) -> RunRef:
+        return RunRef(self.run_id, self.owner, self.thread_id)
+
     def public(self) -> dict[str, Any]:
         """The run as LangGraph's `Run` schema."""
         return {
@@ -79,13 +85,13 @@ class Run:
 
 
 class Runs:
-    """The runs of this process."""
+    """The runs of this process, counted and findable on every replica through `leases`."""
 
-    def __init__(self, store: ThreadStore, max_per_user: int) -> None:
-        self.store, self.max_per_user = store, max_per_user
+    def __init__(self, store: ThreadStore, leases: RunLeases) -> None:
+        self.store, self.leases = store, leases
         self._runs: dict[str, Run] = {}
         self._by_thread: dict[str, str] = {}
-        self._per_user: Counter[str] = Counter()
+        self._background: set[asyncio.Task[None]] = set()
 
     def active(self) -> int:
         return len(self._runs)
@@ -98,25 +104,96 @@ class Runs:
         run = self._runs.get(run_id)
         return run if run is not None and run.owner == owner else None
 
-    def reserve(self, record: ThreadRecord, assistant_id: str, metadata: dict[str, Any]) -> Run:
-        """A new run of `record`'s thread, counted; raises ThreadBusy or TooManyRuns."""
+    async def reserve(self, record: ThreadRecord, assistant_id: str, metadata: dict[str, Any]) -> Run:
+        """A new run of `record`'s thread, counted on all replicas; raises ThreadBusy or
+        TooManyRuns (and RedisError when the count cannot be kept)."""
         if record.thread_id in self._by_thread:
             raise ThreadBusy(record.thread_id)
-        if self._per_user[record.owner] >= self.max_per_user:
-            raise TooManyRuns(record.owner)
         run = Run(str(uuid.uuid4()), record.thread_id, record.owner, assistant_id, metadata)
+        self._by_thread[record.thread_id] = run.run_id  # taken before the await: no twin here
+        try:
+            admitted = await self.leases.acquire(run.ref)
+        except BaseException:
+            self._by_thread.pop(record.thread_id, None)
+            raise
+        if not admitted:
+            self._by_thread.pop(record.thread_id, None)
+            raise TooManyRuns(record.owner)
         self._runs[run.run_id] = run
-        self._by_thread[record.thread_id] = run.run_id
-        self._per_user[record.owner] += 1
         return run
+
+    async def abandon(self, run: Run) -> None:
+        """A reserved run that will never start (the request failed before): uncount it."""
+        if run.task is None:
+            self._release(run)
+            with contextlib.suppress(Exception):
+                await self.leases.release(run.ref)
 
     def _release(self, run: Run) -> None:
         if self._runs.pop(run.run_id, None) is None:
             return
-        self._by_thread.pop(run.thread_id, None)
-        self._per_user[run.owner] -= 1
-        if self._per_user[run.owner] <= 0:
-            del self._per_user[run.owner]
+        if self._by_thread.get(run.thread_id) == run.run_id:
+            del self._by_thread[run.thread_id]
+
+    # ---- across replicas ----------------------------------------------------------------------
+    def start_background(self) -> None:
+        """The lease renewal and the cancel listener (replicas.py), for the process's life."""
+        loop = asyncio.get_running_loop()
+        for coro, name in (
+            (self._renew_forever(), "gateway-run-leases"),
+            (self.leases.listen(self._cancel_here), "gateway-cancel-listener"),
+        ):
+            self._background.add(loop.create_task(coro, name=name))
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.leases.lease_seconds / 3)
+            try:
+                stop = await self.leases.renew(r.ref for r in list(self._runs.values()))
+            except Exception as exc:  # Redis down: try again; leases outlive a few misses
+                log.warning("run_lease_renewal_failed", error_type=type(exc).__name__)
+                continue
+            for run_id in stop:
+                await self._cancel_here(run_id)
+
+    async def _cancel_here(self, run_id: str) -> None:
+        """A cancel from any replica: stop the run if it is one of ours (in a task of its own,
+        so the listener never waits for a run to wind down)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return
+        task = asyncio.get_running_loop().create_task(self.cancel(run), name=f"gateway-cancel-{run_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def cancel_anywhere(self, ref: RunRef) -> None:
+        """Stop a run wherever it runs: here directly; elsewhere through Redis, waiting
+        (bounded) until its replica has stopped it."""
+        run = self._runs.get(ref.run_id)
+        if run is not None:
+            await self.cancel(run)
+            return
+        if await self.leases.request_cancel(ref.run_id):
+            if not await self.leases.wait_ended(ref.run_id):
+                log.warning("run_cancel_unconfirmed", run_id=ref.run_id)
+
+    async def find(self, run_id: str, owner: str) -> RunRef | None:
+        """The owner's live run `run_id` on any replica (another person's: None)."""
+        run = self.get(run_id, owner)
+        if run is not None:
+            return run.ref
+        canonical = parse_uuid(run_id)
+        if canonical is None:
+            return None
+        ref = await self.leases.find(canonical)
+        return ref if ref is not None and ref.owner == owner else None
+
+    async def running_anywhere(self, thread_id: str, owner: str) -> RunRef | None:
+        """The owner's run of the thread on any replica."""
+        run = self.running_on(thread_id)
+        if run is not None:
+            return run.ref
+        return await self.leases.running_on(thread_id, owner)
 
     def start(
         self,
@@ -186,7 +263,11 @@ class Runs:
             if not run.started.done():
                 run.started.set_exception(GraphError(503, "graph_unavailable", "The run could not start."))
             self._release(run)
-            await run.queue.put(None)
+            run.queue.put_nowait(None)
+            try:  # last: a second cancel arriving now must not keep the listeners waiting
+                await asyncio.shield(self.leases.release(run.ref))
+            except Exception as exc:  # the lease runs out on its own
+                log.warning("run_release_failed", run_id=run.run_id, error_type=type(exc).__name__)
 
     async def _consume(
         self,
@@ -231,5 +312,19 @@ class Runs:
         await run.queue.put(("error", run.error))
 
     async def shutdown(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(BaseException):
+                await task
+        self._background.clear()
         for run in list(self._runs.values()):
             await self.cancel(run)
+
+
+def parse_uuid(value: str) -> str | None:
+    """A run id's canonical form (runs ids are UUIDs; anything else is never a run)."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None

@@ -295,3 +295,21 @@ def gateway_token(token_hash: str) -> str:
     """A verified access token's user id, under a hash of the token; TTL =
     GATEWAY_TOKEN_CACHE_SECONDS. The token itself is never stored."""
     return f"gateway:token:{token_hash}"
+
+
+def gateway_runs_of(user_id: str) -> str:
+    """Sorted set of `user_id`'s live gateway runs on every replica: run id -> lease expiry
+    (ms, Redis time). Counts GATEWAY_MAX_STREAMS_PER_USER across replicas; expired members
+    are ignored and trimmed, and the key expires with the last lease (no erasure needed)."""
+    return f"gateway:runs:{user_id}"
+
+
+def gateway_run(run_id: str) -> str:
+    """Hash of one live gateway run (owner, thread, `cancel` once asked to stop), so any
+    replica can find and stop it; TTL = the run's lease, renewed while it lives."""
+    return f"gateway:run:{run_id}"
+
+
+def gateway_cancel_channel() -> str:
+    """Pub/sub channel every gateway replica listens on: a run id to stop, if it is theirs."""
+    return "gateway:cancel"

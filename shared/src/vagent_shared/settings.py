@@ -78,6 +78,9 @@ class GraphSettings(CommonSettings):
     RUN_TIMEOUT_SECONDS: float = Field(default=600.0, gt=0)
     #: Text chunks after the first wait up to this long to share one SSE write (0: none wait).
     SSE_FLUSH_INTERVAL_MS: int = Field(default=50, ge=0, le=1000)
+    #: The answer's text after its first piece leaves the model node once per window, as one
+    #: `text_chunk` (0: one event per model chunk). The first text is never held.
+    STREAM_COALESCE_MS: int = Field(default=40, ge=0, le=1000)
     #: A stream silent this long gets a keep-alive comment (proxies close idle connections).
     SSE_KEEPALIVE_SECONDS: float = Field(default=15.0, gt=0)
 
@@ -258,6 +261,12 @@ class GatewaySettings(CommonSettings):
     GATEWAY_TOKEN_CACHE_SECONDS: int = Field(default=60, ge=0, le=3600)
     #: Runs one person may have streaming at once (beyond: 429).
     GATEWAY_MAX_STREAMS_PER_USER: int = Field(default=4, ge=1, le=100)
+    #: Browser origins (`https://chat.example.org`) whose pages may call the gateway (CORS):
+    #: comma-separated or a JSON list; `*` = any; `[]` = none (no CORS headers at all). Any is
+    #: safe as a default because callers prove who they are with a token in a header
+    #: (`Authorization` / `X-Api-Key`), never a cookie: a page of another origin has no token
+    #: the browser would add by itself, so no credentials mode is ever answered.
+    GATEWAY_CORS_ORIGINS: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["*"])
     MATRIX_HOMESERVER: str = "http://127.0.0.1:8008"
     GRAPH_API_ENDPOINT: str = "http://127.0.0.1:8000"
     ACCESS_CONTROL_PROVIDER_URL: str = "http://127.0.0.1:8090"
@@ -267,3 +276,20 @@ class GatewaySettings(CommonSettings):
     FLOOD_WINDOW_SECONDS: float = Field(default=60.0, gt=0)
     MAX_MESSAGE_CHARS: int = Field(default=8000, ge=1)
     MAX_REQUEST_BYTES: int = Field(default=1_000_000, ge=1024)
+
+    @field_validator("GATEWAY_CORS_ORIGINS", mode="before")
+    @classmethod
+    def _origins(cls, v: Any) -> Any:
+        """`GATEWAY_CORS_ORIGINS=https://a.example,https://b.example` (a JSON list works too);
+        a trailing `/` is dropped, since a browser's `Origin` never has one."""
+        if isinstance(v, str):
+            v = v.strip()
+            if v.startswith("["):
+                import json
+
+                v = json.loads(v)
+            else:
+                v = v.split(",")
+        if isinstance(v, list):
+            return [str(o).strip().rstrip("/") for o in v if str(o).strip()]
+        return v
