@@ -39,6 +39,9 @@ def graph(
         # of this size as base64 (~1.45 MB in all), the tests below send 2 MB
         ATTACHMENT_MAX_BYTES="300000",
         ATTACHMENT_MAX_PER_TURN="1",
+        # one text_chunk per model chunk: the tests below count events and writes (the
+        # SSE write batching); the coalescing has its own tests (test_stream_coalescing.py)
+        STREAM_COALESCE_MS="0",
     ) as g:
         yield g
 

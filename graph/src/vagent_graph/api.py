@@ -294,7 +294,13 @@ async def process_message(body: ProcessMessageRequest, resources: ResourcesDep) 
     run = Run(
         resources.graph,
         new_turn_input(body.message, body.ac_context, turn.trace.turn_id),
-        run_config(sid, body.audience, turn, audience_unchecked=body.audience_unchecked),
+        run_config(
+            sid,
+            body.audience,
+            turn,
+            audience_unchecked=body.audience_unchecked,
+            coalesce_ms=resources.settings.STREAM_COALESCE_MS,
+        ),
         resources.settings.RUN_TIMEOUT_SECONDS,
         prelude=close_stale if lock.question_may_be_pending else None,
         pacing=resources.pacing,
@@ -374,7 +380,13 @@ async def submit_feedback(body: FeedbackRequest, request: Request, resources: Re
         update["ac_context"] = body.ac_context.to_wire()
     command: Command[Any] = Command(resume=body.response, update=update or None)
     turn = await resumed_turn(resources, state.values, body.session_id, body.ac_context, body.audience)
-    cfg = run_config(body.session_id, body.audience, turn, audience_unchecked=body.audience_unchecked)
+    cfg = run_config(
+        body.session_id,
+        body.audience,
+        turn,
+        audience_unchecked=body.audience_unchecked,
+        coalesce_ms=resources.settings.STREAM_COALESCE_MS,
+    )
 
     timeout = resources.settings.RUN_TIMEOUT_SECONDS
     run = Run(resources.graph, command, cfg, timeout, pacing=resources.pacing)

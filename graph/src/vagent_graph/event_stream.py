@@ -3,25 +3,34 @@
 The run happens in its own asyncio Task feeding an Outbox (outbox.py). When the consumer goes
 away (client disconnect), the task is cancelled and awaited, which also cancels
 the LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
+
+The answer's text reaches the stream through LangGraph's custom stream, coalesced in the
+model node (`AnswerStream`, outbox.Coalescer): one `text` item per STREAM_COALESCE_MS window,
+not one LangGraph `messages` item per model chunk (the model call is tagged `nostream`, and
+the run does not ask for `messages`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 import anyio
 import structlog
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, Durability, Interrupt, StreamMode
+from langgraph.types import Command, Durability, Interrupt, StreamMode, StreamWriter
 
 from vagent_graph import metrics
-from vagent_graph.outbox import Outbox, Pacing
+from vagent_graph.outbox import Coalescer, Outbox, Pacing
 from vagent_graph.reasoning import REASONING_MARK, THINKING_STATUS, ThinkFilter
 from vagent_graph.telemetry_spans import traced_run
 from vagent_graph.turns import TurnRecorder, turn_of
@@ -38,7 +47,8 @@ from vagent_shared.events import (
 )
 
 log = structlog.get_logger(__name__)
-STREAM_MODES: list[StreamMode] = ["messages", "custom", "updates"]
+#: The answer's text comes as `custom` items (AnswerStream), never as `messages`.
+STREAM_MODES: list[StreamMode] = ["custom", "updates"]
 
 
 def durability_for(graph_input: Any) -> Durability:
@@ -60,6 +70,66 @@ def text_of(message: BaseMessage) -> str:
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+
+
+class AnswerStream(BaseCallbackHandler):
+    """One model call's streamed chunks -> `custom` stream items, coalesced (outbox.Coalescer):
+    `{"type": "text", "content"}` (visible text: the first at once, then one per window) and
+    `{"type": "thinking"}` (the model reasons before any visible text; once).
+
+    A callback handler on the call (inline: no task, no thread per chunk) so the call stays
+    `ainvoke` and LangChain builds the AIMessage for the checkpoint once, at its end. The
+    caller must `close()` it however the call ends: what is held is sent then."""
+
+    run_inline = True
+
+    def __init__(self, write: StreamWriter, window: float, turn: TurnRecorder | None = None) -> None:
+        self._write = write
+        self._coalescer = Coalescer(window)
+        self._turn = turn
+        self._first = True
+        self._thinking_sent = False
+        self._last: object = None
+
+    def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: GenerationChunk | ChatGenerationChunk | None = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A streamed chunk (its message: text, tool call pieces, a reasoning mark)."""
+        if not isinstance(chunk, ChatGenerationChunk) or chunk is self._last:
+            return  # the same chunk told twice (a model that reports its own tokens too)
+        self._last = chunk
+        message = chunk.message
+        if self._first:
+            self._first = False
+            if self._turn is not None:  # the call's time to first token (traces)
+                self._turn.chunk_seen(message.id)
+        now = time.monotonic()
+        if isinstance(message, AIMessageChunk) and message.tool_call_chunks:
+            self._send(self._coalescer.flush(now))  # the text before the tool call, now
+        content = message.content
+        text = content if isinstance(content, str) else text_of(message)
+        if text:
+            self._send(self._coalescer.feed(text, now))
+        coalescer = self._coalescer
+        if not coalescer.shown and not self._thinking_sent:
+            if coalescer.thinking or message.additional_kwargs.get(REASONING_MARK):
+                self._thinking_sent = True
+                self._write({"type": "thinking"})
+
+    def close(self) -> None:
+        """The call ended (answered, failed or cancelled): send what is held."""
+        self._send(self._coalescer.flush(time.monotonic(), last=True))
+
+    def _send(self, text: str) -> None:
+        if text:
+            self._write({"type": "text", "content": text})
 
 
 _END = object()
@@ -112,7 +182,12 @@ class EventMapper:
                 return []
             return self._text(chunk)
         if mode == "custom":
-            if isinstance(payload, dict) and payload.get("type") == "progress":
+            kind = payload.get("type") if isinstance(payload, dict) else None
+            if kind == "text":  # the answer's text, coalesced (AnswerStream)
+                return self._visible(str(payload.get("content", "")))
+            if kind == "thinking":
+                return self._thinking()
+            if kind == "progress":
                 return [Progress(content=str(payload.get("content", "")))]
             if isinstance(payload, dict) and payload.get("type") == "image":
                 self.images.append(ImageOut.model_validate(payload.get("image", {})))
@@ -132,22 +207,33 @@ class EventMapper:
         return out
 
     def _text(self, chunk: AIMessageChunk) -> list[SSEEvent]:
+        """A `messages` item (a graph streamed without AnswerStream): one chunk's text."""
         if chunk.id != self._message_id:  # the next model call: its own <think> block
             self._message_id, self._think = chunk.id, ThinkFilter()
             if self.turn is not None:
                 self.turn.chunk_seen(chunk.id)
         text = self._think.feed(text_of(chunk))
-        out: list[SSEEvent] = []
         reasoning = self._think.inside or bool(chunk.additional_kwargs.get(REASONING_MARK))
-        if reasoning and not text and self.chunk_index == 0 and not self._thinking_shown:
+        if reasoning and not text:
+            return self._thinking()
+        return self._visible(text)
+
+    def _thinking(self) -> list[SSEEvent]:
+        """The "thinking…" progress, once, and only before any answer text."""
+        if self.chunk_index == 0 and not self._thinking_shown:
             self._thinking_shown = True
-            out.append(Progress(content=THINKING_STATUS))
-        if text:
-            if self.chunk_index == 0 and self.turn is not None:
-                self.turn.first_text()
-            out.append(TextChunk(content=text, chunk_index=self.chunk_index))
-            self.chunk_index += 1
-        return out
+            return [Progress(content=THINKING_STATUS)]
+        return []
+
+    def _visible(self, text: str) -> list[SSEEvent]:
+        """Answer text (already without its thinking) as the next `text_chunk`."""
+        if not text:
+            return []
+        if self.chunk_index == 0 and self.turn is not None:
+            self.turn.first_text()
+        event = TextChunk(content=text, chunk_index=self.chunk_index)
+        self.chunk_index += 1
+        return [event]
 
     def _take_interrupt(self, interrupts: Any) -> None:
         for it in interrupts or ():

@@ -3,8 +3,8 @@
 
 The recorder travels in the run's config (`configurable["turn"]`, never checkpointed); the
 nodes add to it through `turn_of(config)`. Cheap by design: no per-chunk work beyond one
-dict lookup when a model call's first chunk arrives (the event mapper sees every chunk
-anyway), no I/O: the request stores the finished trace once, at its end.
+dict lookup when a model call's first chunk arrives (the model call's AnswerStream sees every
+chunk anyway), no I/O: the request stores the finished trace once, at its end.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class TurnRecorder:
         """Continue a stored trace: its time so far counts into the total."""
         return cls(trace=trace, _prior_ms=trace.total_ms)
 
-    # ---- fed by the event mapper ----------------------------------------------------------
+    # ---- fed by the stream (event_stream.py: AnswerStream, EventMapper) ---------------------
     def chunk_seen(self, message_id: str | None) -> None:
         """A model call's first streamed chunk (text or tool call): its time to first token."""
         if message_id and message_id not in self._first_chunk:

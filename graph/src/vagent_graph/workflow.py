@@ -20,7 +20,10 @@ import structlog
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import merge_configs
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -29,7 +32,7 @@ from vagent_graph import metrics
 from vagent_graph.access import visible_tools
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.citations import turn_sources, with_files, with_sources
-from vagent_graph.event_stream import text_of
+from vagent_graph.event_stream import AnswerStream, text_of
 from vagent_graph.file_messages import turn_files
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm, without_images
 from vagent_graph.hitl import ask_human
@@ -68,6 +71,7 @@ from vagent_shared.access import AcContext
 from vagent_shared.hitl import YES, YES_NO
 from vagent_shared.knowledge import Audience
 from vagent_shared.memory import Forget, Memory, parse_memory_command
+from vagent_shared.settings import GraphSettings
 from vagent_shared.traces import SourceTrace
 
 log = structlog.get_logger(__name__)
@@ -308,9 +312,16 @@ class Workflow:
         if not deps.vision:  # images of turns before LLM_VISION was switched off
             prompt = without_images(prompt)
         started = time.perf_counter()
+        stream = answer_stream(config)
+        if stream is not None:  # its text reaches the run's stream coalesced, never per chunk
+            config = merge_configs(config, {"callbacks": [stream], "tags": [TAG_NOSTREAM]})
         try:
             with llm_span(deps.model_label, deps.llm, prompt, len(tools)) as span:
-                ai: AIMessage = await model.ainvoke(prompt, config)
+                try:  # `stream`: the chunks are streamed (and seen by AnswerStream) by any model
+                    ai: AIMessage = await model.ainvoke(prompt, config, stream=stream is not None)
+                finally:
+                    if stream is not None:
+                        stream.close()  # what is held goes out, however the call ended
                 span.answered(ai)
         except Exception:
             metrics.LLM_CALLS.labels(deps.model_label, "error").inc()
@@ -446,20 +457,49 @@ def run_config(
     turn: TurnRecorder | None = None,
     *,
     audience_unchecked: bool = False,
+    coalesce_ms: int | None = None,
 ) -> RunnableConfig:
     """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
     turn (turns.py), and a bound on the steps of one run. The audience and the recorder travel
     in the config, not the state, so no checkpoint keeps other people's ids or roles (the
     audience is sent again with every request, answers too) and no checkpoint holds a trace
-    (LangGraph copies only plain str/number config values into a checkpoint's metadata)."""
+    (LangGraph copies only plain str/number config values into a checkpoint's metadata).
+    `coalesce_ms`: STREAM_COALESCE_MS (None: its default)."""
     configurable: dict[str, Any] = {
         "thread_id": session_id,
         "audience": audience,
         MEMORY_KEY: MemoryRun(unchecked=audience_unchecked),
     }
+    if coalesce_ms is not None:
+        configurable[_WINDOW_KEY] = StreamWindow(coalesce_ms / 1000)
     if turn is not None:
         configurable[TURN_KEY] = turn
     return {"configurable": configurable, "recursion_limit": 100}
+
+
+#: STREAM_COALESCE_MS (seconds) for a run whose config does not say (`run_config`).
+DEFAULT_COALESCE = GraphSettings.model_fields["STREAM_COALESCE_MS"].default / 1000
+_WINDOW_KEY = "stream_window"
+
+
+@dataclass(frozen=True)
+class StreamWindow:
+    """How long the answer's text is coalesced (an object, not a number: LangGraph copies
+    plain config values into a checkpoint's metadata)."""
+
+    seconds: float
+
+
+def answer_stream(config: RunnableConfig) -> AnswerStream | None:
+    """The model call's text writer onto the run's custom stream (None outside a graph run:
+    a node called directly). Its window: the run's `StreamWindow`, else the default."""
+    try:
+        write = get_stream_writer()
+    except RuntimeError:
+        return None
+    found = config.get("configurable", {}).get(_WINDOW_KEY)
+    window = found.seconds if isinstance(found, StreamWindow) else DEFAULT_COALESCE
+    return AnswerStream(write, window, turn_of(config))
 
 
 def session_of(config: RunnableConfig) -> str:
