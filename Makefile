@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv run chat test soak soak-schedules unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-attachments bench-memory lock clean
+.PHONY: help venv run chat test soak soak-schedules unit lint typecheck pytest redis bench-graph bench-bot bench-rag bench-capacity bench-langgraph-venv bench-attachments bench-memory lock clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -55,6 +55,10 @@ bench-bot: venv  ## benchmark: send -> first visible reply / final edit, vagent 
 bench-capacity: venv  ## benchmark: concurrent conversations one graph process carries behind a paced model; parked-question cost
 	$(BIN)/python bench/bench_capacity.py $(BENCH_ARGS)
 
+bench-langgraph-venv: venv  ## the venv of LangGraph's own server for `bench-capacity --peer langgraph` (.data/bench-langgraph-venv)
+	@test -x .data/bench-langgraph-venv/bin/python || $(BIN)/python -m venv .data/bench-langgraph-venv
+	@$(BIN)/uv pip install --quiet --python .data/bench-langgraph-venv/bin/python --require-hashes -r requirements/bench-langgraph.txt
+
 bench-attachments: venv  ## benchmark: first-token p99 of 20 conversations while a 20 MB PDF and a 10 MB image are read; reading time, peak RSS
 	$(BIN)/python bench/bench_attachments.py $(BENCH_ARGS)
 
@@ -62,7 +66,7 @@ bench-memory: venv  ## benchmark: what recall adds to a turn (1,000 users x 200 
 	$(BIN)/python bench/bench_memory.py $(BENCH_ARGS)
 
 lock: venv  ## re-resolve requirements/*.txt (hash-pinned, no URLs) after changing dependencies
-	@for f in dev graph bot gateway standins; do \
+	@for f in dev graph bot gateway standins bench-langgraph; do \
 	  $(BIN)/uv pip compile --quiet --python-version 3.11 --generate-hashes --no-header \
 	    --no-emit-package vagent-shared --no-emit-package vagent-graph --no-emit-package vagent-bot --no-emit-package vagent-gateway --no-emit-package vagent-dev \
 	    requirements/$$f.in -o requirements/$$f.txt || exit 1; \

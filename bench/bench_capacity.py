@@ -38,10 +38,21 @@ model paced like a hosted one, what each costs, and what a parked question costs
    then the median CPU ratio against the target (tracing costs at most 5% CPU per
    conversation) and the spans received per turn.
 
+6. Peers (``--peer relay|langgraph``, issue 34). Beside the graph, on its core, alternating
+   step by step with the same conversations: ``bench/relay.py`` (a plain FastAPI + httpx
+   per-chunk relay) or LangGraph's own server (``langgraph dev``, in-memory runtime, serving
+   ``bench/langgraph_peer/``; ``make bench-langgraph-venv`` first). Printed: CPU per turn and
+   per chunk of both and the ratio against the issue's target.
+7. Profile (``--profile``). One more step of the graph under ``py-spy record``: its CPU by
+   module group (self and self+children), per turn and per chunk; the raw profile is kept.
+
     .venv/bin/python bench/bench_capacity.py                 # or: make bench-capacity
     .venv/bin/python bench/bench_capacity.py --baseline-ref 7ba0554
     .venv/bin/python bench/bench_capacity.py --mcp           # MCP tool turns vs built-in ones
     .venv/bin/python bench/bench_capacity.py --tracing       # OpenTelemetry exported vs off
+    .venv/bin/python bench/bench_capacity.py --peer relay --steps 40   # the held-out check
+    .venv/bin/python bench/bench_capacity.py --peer langgraph --steps 50
+    .venv/bin/python bench/bench_capacity.py --profile       # where the CPU goes, 50 conversations
     .venv/bin/python bench/bench_capacity.py --quick         # seconds, for smoke tests
 """
 
@@ -50,11 +61,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import math
 import os
 import random
 import re
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -172,6 +185,25 @@ MCP_CPU_RATIO_TARGET = 1.2
 MCP_P99_DELTA_TARGET_MS = 20.0
 #: How a turn's message names its user, for the MCP server's record (echo's `text`).
 USER_TAG = re.compile(r"\[user (@[^\]\s]+)\]")
+#: --peer: what changes from the defaults (an explicit option still wins): plain streamed
+#: turns (a peer runs no tools), the issue's held-out step of 40 conversations, no parking.
+PEER_DEFAULTS: dict[str, Any] = {"steps": "40", "tool_share": 0.0, "park": 0}
+PEER_QUICK: dict[str, Any] = {"tool_share": 0.0, "park": 0}
+#: --profile alone: the issue's 50 conversations, plain and tool turns as by default, no parking.
+PROFILE_DEFAULTS: dict[str, Any] = {"steps": "50", "park": 0}
+#: Issue 34's held-out check: graph CPU per streamed turn at most this times the relay's,
+#: at RELAY_TARGET_STEP conversations; and LangGraph's server at least LANGGRAPH_TARGET x vagent.
+RELAY_TARGET = 0.6
+RELAY_TARGET_STEP = 40
+LANGGRAPH_TARGET = 5.0
+#: --peer langgraph: the graph's id in bench/langgraph_peer/langgraph.json, and its venv
+#: (`make bench-langgraph-venv`, requirements/bench-langgraph.txt).
+LANGGRAPH_GRAPH_ID = "agent"
+LANGGRAPH_DIR = ROOT / "bench" / "langgraph_peer"
+LANGGRAPH_VENV = ROOT / ".data" / "bench-langgraph-venv"
+#: --profile: py-spy's samples per second (from the bench's core, --nonblocking: the graph
+#: is never paused), and where the raw profile goes.
+PROFILE_RATE = 200
 
 
 # ---------------------------------------------------------------------------- one turn
@@ -235,6 +267,9 @@ class StepJob:
     #: --mcp: all history turns first (the first one runs the tool at once), then tell the
     #: parent and wait for "go" (its CPU reading), then the measured turns
     split_history: bool = False
+    #: the server's API: "graph" (vagent's, also bench/relay.py) or "langgraph" (LangGraph's
+    #: server: a thread per conversation, /threads/{id}/runs/stream)
+    api: str = "graph"
 
 
 @dataclass
@@ -267,6 +302,72 @@ async def graph_client(url: str) -> AsyncIterator[GraphClient]:
         await session.close()
 
 
+class Talker:
+    """How a conversation talks to the server under test: vagent's API (the bot's
+    GraphClient; bench/relay.py speaks it too). One session per conversation."""
+
+    def __init__(self, client: GraphClient) -> None:
+        self.client = client
+
+    async def session(self, user: str) -> Any:
+        return new_session(user=user)
+
+    async def turn(self, session: Any, text: str, who: Any, turn: Turn, loop_start: float) -> None:
+        await one_turn(self.client, request_for(0, session, text, who), turn, loop_start)
+
+
+class LangGraphTalker(Talker):
+    """LangGraph's server API through its own SDK (langgraph_sdk): a thread per
+    conversation, each turn one `POST /threads/{id}/runs/stream` with the user's message,
+    `stream_mode="messages-tuple"` (the token stream a chat client reads)."""
+
+    def __init__(self, client: Any) -> None:
+        self.lg = client
+
+    async def session(self, user: str) -> Any:
+        thread = await self.lg.threads.create(metadata={"user": user})
+        return thread["thread_id"]
+
+    async def turn(self, session: Any, text: str, who: Any, turn: Turn, loop_start: float) -> None:
+        t0 = time.perf_counter()
+        turn.start = t0 - loop_start
+        try:
+            async with asyncio.timeout(TURN_TIMEOUT_S):
+                async for part in self.lg.runs.stream(
+                    session,
+                    LANGGRAPH_GRAPH_ID,
+                    input={"messages": [{"role": "user", "content": text}]},
+                    stream_mode="messages-tuple",
+                ):
+                    if part.event == "messages":
+                        msg = part.data[0] if isinstance(part.data, list) and part.data else {}
+                        if isinstance(msg, dict) and msg.get("content") and msg.get("type") != "human":
+                            turn.chunks += 1
+                            if math.isnan(turn.first):
+                                turn.first = time.perf_counter() - t0
+                    elif part.event == "error":
+                        turn.error = f"error event: {part.data}"[:200]
+            turn.end = time.perf_counter() - t0
+        except Exception as exc:  # counted, never fatal
+            turn.error = f"{type(exc).__name__}: {exc}"[:200]
+        if not turn.error and (math.isnan(turn.end) or math.isnan(turn.first)):
+            turn.error = "stream ended without text"
+
+
+@contextlib.asynccontextmanager
+async def langgraph_client(url: str) -> AsyncIterator[LangGraphTalker]:
+    """langgraph_sdk's client over an httpx client without a connection cap (get_client's
+    default pool holds 100): one client process plays every user at once."""
+    from langgraph_sdk.client import LangGraphClient
+
+    transport = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    )
+    timeout = httpx.Timeout(connect=30, read=TURN_TIMEOUT_S, write=30, pool=30)
+    async with httpx.AsyncClient(base_url=url, transport=transport, timeout=timeout) as http:
+        yield LangGraphTalker(LangGraphClient(http))
+
+
 async def run_step(job: StepJob, conn: Connection | None = None) -> StepOutcome:
     """`job.conversations` conversations at once: each starts at a random moment within one
     turn's time (a smooth arrival, not a burst), makes its history turns, then `job.turns`
@@ -275,11 +376,14 @@ async def run_step(job: StepJob, conn: Connection | None = None) -> StepOutcome:
     START inside it are in the latency figures (all N conversations were in flight).
     With `job.split_history`, every conversation makes its history turns first; then the
     parent is told (through `conn`) and the random start applies to the measured turns."""
+    if job.api == "langgraph":
+        async with langgraph_client(job.url) as talker:
+            return await _run_step(job, talker, conn)
     async with graph_client(job.url) as client:
-        return await _run_step(job, client, conn)
+        return await _run_step(job, Talker(client), conn)
 
 
-async def _run_step(job: StepJob, client: GraphClient, conn: Connection | None = None) -> StepOutcome:
+async def _run_step(job: StepJob, talker: Talker, conn: Connection | None = None) -> StepOutcome:
     rng = random.Random(job.seed)
     loop_start = time.perf_counter()
     measure_start = loop_start
@@ -310,13 +414,17 @@ async def _run_step(job: StepJob, client: GraphClient, conn: Connection | None =
         who, tag = (USER_AC, "") if job.grants is None else (ac(user, job.grants), f" [user {user}]")
         if not job.split_history:
             await asyncio.sleep(rng.uniform(0, job.turn_seconds))
-        session = new_session(user=user)
         try:
-            for h in range(HISTORY_TURNS):
+            session = await talker.session(user)
+        except Exception as exc:  # counted like a failed history turn
+            session = None
+            history_errors.append(f"session: {type(exc).__name__}: {exc}"[:200])
+        try:
+            for h in range(HISTORY_TURNS if session is not None else 0):
                 t = Turn(i, False, 0.0)
                 quick = f"[quick] {job.marker} " if job.split_history and tool and h == 0 else "[quick] "
                 text = f"{quick}history question {h}{tag}"
-                await one_turn(client, request_for(i, session, text, who), t, loop_start)
+                await talker.turn(session, text, who, t, loop_start)
                 history_count += 1
                 if t.error:
                     history_errors.append(t.error)
@@ -334,7 +442,10 @@ async def _run_step(job: StepJob, client: GraphClient, conn: Connection | None =
         for k in range(1, job.turns + 1):
             text = f"{job.marker + ' ' if tool else ''}How are the orders going? ({k}){tag}"
             t = Turn(i, tool, 0.0)
-            await one_turn(client, request_for(i, session, text, who), t, loop_start)
+            if session is None:
+                t.error = "no session"
+            else:
+                await talker.turn(session, text, who, t, loop_start)
             turns.append(t)
             if t.error:
                 return
@@ -520,6 +631,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (Linux /proc)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of `pid` and of its live descendants: a server that runs its work in a
+    child process (none of the measured ones does today) is still measured whole."""
+    total = cpu_seconds(pid)
+    for child in descendants(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += cpu_seconds(child)
+    return total
+
+
 def rss_mb(pid: int) -> float:
     """VmRSS of `pid` in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -540,8 +677,11 @@ def place(placement: str, graph_pids: Sequence[int]) -> str:
         os.sched_setaffinity(0, rest)
     except OSError as exc:
         return f"left to the kernel (pinning refused: {exc})"
+    pinned = {*graph_pids, *(d for g in graph_pids for d in descendants(g))}
     for pid in child_pids():
-        pin_threads(pid, graph if pid in graph_pids else rest)
+        pin_threads(pid, graph if pid in pinned else rest)
+    for pid in pinned:
+        pin_threads(pid, graph)
     others = ",".join(map(str, cpus[1:]))
     return f"split: graph on CPU {cpus[0]}; clients, stand-in, Redis and the bench on CPU {others}"
 
@@ -896,10 +1036,30 @@ def print_credential_groups(cfg: Config, mcp: McpBench, shown: int = 12) -> dict
 # ----------------------------------------------------------------------- the ramp
 
 
+class PeerProcess(ServiceProcess):
+    """A peer server under test on a free loopback port (--peer): bench/relay.py or
+    LangGraph's own server. `url` as GraphProcess has it."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path, health: str, port: int):
+        self.port = port
+        super().__init__(name, env, log, f"http://127.0.0.1:{port}{health}", argv=argv)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90) -> PeerProcess:
+        super().start(timeout)
+        return self
+
+
+Served = GraphProcess | PeerProcess
+
+
 @dataclass
 class Variant:
     name: str
-    service: GraphProcess
+    service: Served
     code: str
     stopped: str = ""
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -907,6 +1067,8 @@ class Variant:
     marker: str = "[tool]"
     grants: list[str] | None = None
     split_history: bool = False
+    #: StepJob.api: "graph" (vagent's API) or "langgraph"
+    api: str = "graph"
 
     def job(self, n: int, tool_share: float, turns: int, turn_seconds: float, seed: int) -> StepJob:
         return StepJob(
@@ -919,6 +1081,7 @@ class Variant:
             self.marker,
             self.grants,
             self.split_history,
+            self.api,
         )
 
     @property
@@ -948,6 +1111,9 @@ class Config:
     credential_mismatch: bool = False
     export_schedule_s: float = EXPORT_SCHEDULE_S
     settle_s: float = SETTLE_S
+    #: --peer: "relay" or "langgraph"; --profile: sample the graph under py-spy
+    peer: str | None = None
+    profile: bool = False
 
     @property
     def text_model_s(self) -> float:
@@ -994,11 +1160,16 @@ def measure_step(
         client.recv(timeout)  # ("history", ...): every history turn is done
     standin_stats(llm_url, reset=True)
     gcpu = cfg.graph_cpu
-    cpu0, ccpu0, busy0, t0 = cpu_seconds(v.pid), cpu_seconds(client.pid), cpu_busy(gcpu), time.perf_counter()
+    cpu0, ccpu0, busy0, t0 = (
+        tree_cpu_seconds(v.pid),
+        cpu_seconds(client.pid),
+        cpu_busy(gcpu),
+        time.perf_counter(),
+    )
     mcp_cpu0 = mcp.server_cpu() if mcp is not None else 0.0
     client.conn.send("go" if job.split_history else job)
     out: StepOutcome = client.recv(timeout)
-    cpu = cpu_seconds(v.pid) - cpu0
+    cpu = tree_cpu_seconds(v.pid) - cpu0
     mcp_cpu = mcp.server_cpu() - mcp_cpu0 if mcp is not None else 0.0
     wall = time.perf_counter() - t0
     others = cpu_busy(gcpu) - busy0 - cpu  # other processes on the graph's CPU (split placement)
@@ -1096,7 +1267,7 @@ TABLE_HEAD = (
 )
 
 
-def print_error_logs(service: GraphProcess, limit: int = 3) -> None:
+def print_error_logs(service: Served, limit: int = 3) -> None:
     """The service's distinct error log records (by event), so an error count explains itself."""
     seen: dict[str, dict[str, Any]] = {}
     with contextlib.suppress(OSError, ValueError):
@@ -1151,7 +1322,9 @@ def ramp(
             p99 = row["added_first_ms"]["p99"]
             if row["errors"]:
                 v.stopped = f"{row['errors']} errors at {n} conversations"
-            elif not p99 <= STOP_FACTOR * P99_TARGET_MS:
+            elif not p99 <= STOP_FACTOR * P99_TARGET_MS and v.api != "langgraph":
+                # (LangGraph's server adds its run queue's polling to every first token, ~1 s
+                # at any load: its ramp stops on errors only, so its CPU is measured at every step)
                 v.stopped = f"added p99 {p99:.0f} ms at {n} conversations (> {STOP_FACTOR:.0f}x the target)"
             if v.stopped:
                 print(f"   ({v.name}: ramp stopped: {v.stopped})", flush=True)
@@ -1431,6 +1604,323 @@ def rss_control(cfg: Config, service: GraphProcess, client: ClientProcess) -> di
     }
 
 
+# ------------------------------------------------------------------- --peer, --profile
+
+
+def start_peer(cfg: Config, tmp: Path, llm_url: str, stack: contextlib.ExitStack) -> Variant:
+    """The peer server (--peer), started and healthy, stopped with the stack: bench/relay.py
+    under the bench's venv, or LangGraph's server (`langgraph dev`: langgraph-api's
+    in-memory runtime) from its own venv, serving bench/langgraph_peer/ with the same model."""
+    port = free_port()
+    model = {"OPENAI_BASE_URL": llm_url, "OPENAI_API_KEY": "test-key", "LLM_MODEL": "test-model"}
+    if cfg.peer == "relay":
+        argv = [sys.executable, str(ROOT / "bench" / "relay.py"), "--llm-url", llm_url, "--port", str(port)]
+        peer = PeerProcess("relay", argv, {"LOG_LEVEL": "WARNING"}, tmp / "relay.log", "/health", port)
+        code = "bench/relay.py: FastAPI + httpx, one JSON decode and one SSE event per model chunk"
+        variant = Variant("relay", peer, code)
+    else:
+        exe = LANGGRAPH_VENV / "bin" / "langgraph"
+        if not exe.exists():
+            raise BenchError(f"--peer langgraph needs {exe}: run `make bench-langgraph-venv` first")
+        work = tmp / "langgraph"  # its dev runtime writes .langgraph_api/ under the working directory
+        work.mkdir()
+        jobs = max(10, max(cfg.steps))  # a run per conversation at once, as vagent takes them
+        argv = ["env", "-C", str(work), str(exe), "dev", "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--no-browser", "--no-reload", "--allow-blocking", "--n-jobs-per-worker", str(jobs)]
+        # its paths are relative to the working directory: the repository's config, made absolute
+        config = json.loads((LANGGRAPH_DIR / "langgraph.json").read_text())
+        config["dependencies"] = [str(LANGGRAPH_DIR)]
+        config["graphs"] = {k: str(LANGGRAPH_DIR / p.removeprefix("./")) for k, p in config["graphs"].items()}
+        (work / "langgraph.json").write_text(json.dumps(config))
+        argv += ["--config", str(work / "langgraph.json")]
+        env = {
+            **model,
+            "LANGGRAPH_DISABLE_FILE_PERSISTENCE": "true",  # the dev server's pickling to disk: off
+            "LANGSMITH_TRACING": "false",
+            "LANGCHAIN_TRACING_V2": "false",
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+            "VIRTUAL_ENV": str(LANGGRAPH_VENV),
+        }
+        peer = PeerProcess("langgraph", argv, env, tmp / "langgraph.log", "/ok", port)
+        versions = subprocess.run(
+            [str(LANGGRAPH_VENV / "bin" / "python"), "-c", LANGGRAPH_VERSIONS],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        code = f"langgraph dev (in-memory runtime, {jobs} jobs), bench/langgraph_peer/graph.py; {versions}"
+        variant = Variant("langgraph", peer, code, api="langgraph")
+    stack.callback(peer.stop)
+    try:
+        peer.start()
+    except (RuntimeError, TimeoutError) as exc:
+        raise BenchError(f"the {cfg.peer} peer did not start: {exc}") from None
+    return variant
+
+
+LANGGRAPH_VERSIONS = (
+    "from importlib.metadata import version as v; print(', '.join(f'{d} {v(d)}' for d in ("
+    "'langgraph-api', 'langgraph-runtime-inmem', 'langgraph', 'langchain-core', 'langchain-openai', "
+    "'openai')))"
+)
+
+
+def _at_step(rows: list[dict[str, Any]], n: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["conversations"] == n), None)
+
+
+def print_peer(cfg: Config, variants: list[Variant]) -> dict[str, Any]:
+    """Per step the graph beside the peer: CPU per turn and per model chunk, added p99, and
+    the ratio against the issue's target: graph/relay <= 0.6 at 40 conversations (its
+    held-out check), LangGraph's server/vagent >= 5."""
+    graph, peer = variants[0], variants[-1]
+    relay = peer.name == "relay"
+    print(
+        f"\n2) the graph beside {peer.name} ({peer.code}), alternating step by step, both on the graph's core"
+    )
+    ratio_name = "graph/relay" if relay else "langgraph/vagent"
+    print(
+        f"   {'conv':>6} | {'graph ms/trn':>12} {'us/ch':>6} {'add p99':>8} | {peer.name + ' ms/trn':>14} "
+        f"{'us/ch':>6} {'add p99':>8} | {ratio_name:>16}"
+    )
+    steps: list[dict[str, Any]] = []
+    for g in graph.rows:
+        r = _at_step(peer.rows, g["conversations"])
+        if r is None:
+            continue
+        gt, pt = g["cpu_ms_per_turn"], r["cpu_ms_per_turn"]
+        ratio = gt / pt if relay else pt / gt
+        steps.append(
+            {
+                "conversations": g["conversations"],
+                "graph_cpu_ms_per_turn": gt,
+                "graph_cpu_us_per_chunk": g["cpu_us_per_model_chunk"],
+                "graph_added_p99_ms": g["added_first_ms"]["p99"],
+                f"{peer.name}_cpu_ms_per_turn": pt,
+                f"{peer.name}_cpu_us_per_chunk": r["cpu_us_per_model_chunk"],
+                f"{peer.name}_added_p99_ms": r["added_first_ms"]["p99"],
+                "ratio": ratio,
+                "errors": g["errors"] + r["errors"],
+            }
+        )
+        print(
+            f"   {g['conversations']:>6} | {gt:>12.1f} {g['cpu_us_per_model_chunk']:>6.0f} "
+            f"{g['added_first_ms']['p99']:>8.1f} | {pt:>14.1f} {r['cpu_us_per_model_chunk']:>6.0f} "
+            f"{r['added_first_ms']['p99']:>8.1f} | {ratio:>15.2f}x"
+        )
+    result: dict[str, Any] = {"peer": peer.name, "code": peer.code, "steps": steps, "ratio_name": ratio_name}
+    if not steps:
+        print("   no step measured in both")
+        return result
+    at = _at_step(steps, RELAY_TARGET_STEP) if relay else None
+    at = at or max(steps, key=lambda x: x["conversations"])
+    pt = at[f"{peer.name}_cpu_ms_per_turn"]
+    gt = at["graph_cpu_ms_per_turn"]
+    errors = f"; {at['errors']} errors" if at["errors"] else ""
+    n = at["conversations"]
+    if relay:
+        ok = bool(at["ratio"] <= RELAY_TARGET)
+        line = (
+            f"at {n} conversations: graph CPU per turn {gt:.1f} ms, relay {pt:.1f} ms, "
+            f"ratio {at['ratio']:.2f} "
+            f"(target <= {RELAY_TARGET}): {'PASS' if ok else 'MISS'}{errors}"
+        )
+        if n != RELAY_TARGET_STEP:
+            line += f" (the held-out check is at {RELAY_TARGET_STEP}: --steps {RELAY_TARGET_STEP})"
+    else:
+        ok = bool(at["ratio"] >= LANGGRAPH_TARGET)
+        line = (
+            f"at {n} conversations: LangGraph's server CPU per turn {pt:.1f} ms, vagent {gt:.1f} ms, "
+            f"ratio {at['ratio']:.2f} (target >= {LANGGRAPH_TARGET:.0f}): {'PASS' if ok else 'MISS'}{errors}"
+        )
+    if cfg.turns and cfg.quick:
+        line += " [--quick: not a measurement]"
+    print(f"   {line}")
+    result.update(at=at, verdict_line=line, target_met=ok)
+    return result
+
+
+#: --profile: how a sampled frame's module is grouped (first matching prefix), and which of
+#: issue 34's stages the group stands for. vagent_graph and vagent_shared are grouped by
+#: their module or subpackage; anything else by its top-level package.
+PROFILE_GROUPS: tuple[tuple[str, str], ...] = (
+    ("langgraph.checkpoint", "checkpoint (saver: serialise, Redis)"),
+    ("langgraph", "LangGraph run and stream"),
+    ("langchain_openai", "LangChain chunk (OpenAI adapter)"),
+    ("langchain_core", "LangChain chunk, callbacks"),
+    ("openai", "model stream parsing (SDK)"),
+    ("httpx", "model HTTP client"),
+    ("httpcore", "model HTTP client"),
+    ("h11", "model HTTP client"),
+    ("httpx2", "model HTTP client"),
+    ("httpcore2", "model HTTP client"),
+    ("sse_starlette", "SSE encode"),
+    ("starlette", "HTTP server"),
+    ("fastapi", "HTTP server"),
+    ("uvicorn", "HTTP server"),
+    ("redis", "Redis round trips (client)"),
+    ("redisvl", "Redis round trips (client)"),
+    ("pydantic", "pydantic models"),
+    ("pydantic_core", "pydantic models"),
+    ("structlog", "logging"),
+    ("logging", "logging"),
+    ("opentelemetry", "tracing"),
+    ("json", "JSON"),
+    ("orjson", "JSON"),
+    ("ormsgpack", "checkpoint serialisation"),
+    ("asyncio", "event loop"),
+    ("uvloop", "event loop"),
+    ("anyio", "event loop"),
+)
+#: --profile: frames that only drive the event loop, stripped from a stack's root so that a
+#: group's self+children time is what it does, not "the loop was running it".
+DRIVER_MODULES = frozenset(
+    {
+        "vagent_graph.__main__",
+        "uvicorn.main",
+        "uvicorn.server",
+        "asyncio.runners",
+        "asyncio.base_events",
+        "asyncio.events",
+        "runpy",
+    }
+)
+_SITE = re.compile(r"/(?:site|dist)-packages/(.+)$")
+_STDLIB = re.compile(r"/lib/python3\.\d+/(.+)$")
+
+
+def frame_module(frame: str) -> str:
+    """'func (/path/to/pkg/mod.py:12)' -> 'pkg.mod' (best effort; '?' when no file)."""
+    m = re.search(r"\(([^()]*?)(?::\d+)?\)$", frame)
+    path = m.group(1) if m else ""
+    if path.startswith("<frozen "):  # a frozen stdlib module: '<frozen abc>'
+        return path.removeprefix("<frozen ").removesuffix(">")
+    for pattern in (_SITE, _STDLIB):
+        hit = pattern.search(path)
+        if hit:
+            rel = hit.group(1)
+            break
+    else:
+        src = path.split("/src/", 1)
+        rel = src[1] if len(src) == 2 else path.rsplit("/", 1)[-1]
+    rel = rel.removesuffix(".py").removesuffix("/__init__")
+    return rel.replace("/", ".") or "?"
+
+
+def module_group(module: str) -> str:
+    for prefix, _ in PROFILE_GROUPS:
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix
+    parts = module.split(".")
+    if parts[0] in ("vagent_graph", "vagent_shared", "vagent_bot") and len(parts) > 1:
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def stage_table(raw: str) -> tuple[int, dict[str, int], dict[str, int]]:
+    """py-spy's raw (collapsed) stacks -> (samples, self samples by group (the leaf frame's),
+    inclusive samples by group (the group anywhere on the stack, once per sample))."""
+    total = 0
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        modules = [frame_module(f) for f in stack.split(";") if "(" in f and "/bin/" not in f]
+        if not modules:
+            continue
+        root = 0
+        while root < len(modules) - 1 and modules[root] in DRIVER_MODULES:
+            root += 1
+        groups = [module_group(m) for m in modules[root:]]
+        total += n
+        own[groups[-1]] += n
+        for g in set(groups):
+            incl[g] += n
+    return total, dict(own), dict(incl)
+
+
+def run_profile(cfg: Config, v: Variant, client: ClientProcess, llm_url: str) -> dict[str, Any]:
+    """One more step of the graph at the largest --steps, sampled by py-spy from the bench's
+    core (--nonblocking: the graph is never paused): where its CPU goes, by module group,
+    as self and self+children time, scaled to the step's measured CPU per turn and per
+    model chunk. The raw profile goes to bench/results/."""
+    n = max(cfg.steps)
+    spy = Path(sys.executable).parent / "py-spy"
+    out = cfg.json_path.with_name(cfg.json_path.stem + f"-profile-{n}.txt")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"\n3) profile: {v.name} at {n} conversations under py-spy ({PROFILE_RATE} Hz, nonblocking)")
+    cmd = [str(spy), "record", "--pid", str(v.pid), "--rate", str(PROFILE_RATE), "--format", "raw"]
+    cmd += ["--nonblocking", "--full-filenames", "--output", str(out)]
+    log = cfg.json_path.with_name(cfg.json_path.stem + "-py-spy.log")
+    with open(log, "wb") as spy_log:
+        proc = subprocess.Popen(cmd, stdout=spy_log, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1.0)  # attached before the step starts
+        if proc.poll() is not None:
+            raise BenchError(f"py-spy could not sample the graph: {log.read_text()[-1000:]}")
+        row = measure_step(cfg, v, n, client, llm_url, seed=9000)
+        row["variant"] = f"{v.name}*"
+        print(TABLE_HEAD)
+        print_row(row)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if not out.exists():
+        raise BenchError(f"py-spy wrote no profile: {log.read_text()[-1000:]}")
+    total, own, incl = stage_table(out.read_text())
+    turn_ms, chunk_us = row["cpu_ms_per_turn"], row["cpu_us_per_model_chunk"]
+    label = dict(PROFILE_GROUPS)
+    print(
+        f"   {total:,} samples ({total / PROFILE_RATE:.1f} s on CPU sampled; the step measured "
+        f"{row['graph_cpu_s']:.1f} s); by module group, top 20 by self+children:"
+    )
+    print(
+        f"   {'group':<28}{'self %':>7}{'incl %':>7}{'self ms/trn':>12}{'incl ms/trn':>12}"
+        f"{'self us/ch':>11}{'incl us/ch':>11}  stage"
+    )
+    groups = []
+    for g, k in sorted(incl.items(), key=lambda x: -x[1]):
+        share_own, share_incl = own.get(g, 0) / total if total else 0.0, k / total if total else 0.0
+        groups.append(
+            {
+                "group": g,
+                "stage": label.get(g, "vagent's own code" if g.startswith("vagent") else ""),
+                "self_share": share_own,
+                "incl_share": share_incl,
+                "self_ms_per_turn": share_own * turn_ms,
+                "incl_ms_per_turn": share_incl * turn_ms,
+                "self_us_per_chunk": share_own * chunk_us,
+                "incl_us_per_chunk": share_incl * chunk_us,
+            }
+        )
+    for x in groups[:20]:
+        print(
+            f"   {x['group'][:27]:<28}{100 * x['self_share']:>6.1f}%{100 * x['incl_share']:>6.1f}%"
+            f"{x['self_ms_per_turn']:>12.2f}{x['incl_ms_per_turn']:>12.2f}{x['self_us_per_chunk']:>11.0f}"
+            f"{x['incl_us_per_chunk']:>11.0f}  {x['stage']}"
+        )
+    print(
+        "   (self: the sample's innermost frame is in the group; incl: the group is anywhere on the "
+        "stack, so nested groups overlap and the column does not add up to 100%)"
+    )
+    print(f"   raw profile (py-spy collapsed stacks, flamegraph input): {out}")
+    return {
+        "conversations": n,
+        "row": row,
+        "samples": total,
+        "rate_hz": PROFILE_RATE,
+        "raw": str(out),
+        "groups": groups,
+    }
+
+
 # -------------------------------------------------------------------------------- main
 
 
@@ -1469,6 +1959,20 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         "with the untraced one: CPU per conversation and added p99, traced vs off",
     )
     p.add_argument(
+        "--peer",
+        choices=["relay", "langgraph"],
+        help="also run a peer server beside the graph, alternating step by step, and report CPU per "
+        "turn side by side: relay (bench/relay.py, a plain FastAPI + httpx per-chunk relay) or langgraph "
+        "(LangGraph's own server, `make bench-langgraph-venv` first); changes the defaults: "
+        f"{PEER_DEFAULTS}, --quick: {PEER_QUICK}",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the ramp, one more step of the graph at the largest --steps under py-spy: where its "
+        f"CPU goes, by module; raw profile in bench/results/ (alone, the defaults become {PROFILE_DEFAULTS})",
+    )
+    p.add_argument(
         "--placement",
         choices=["split", "kernel"],
         default="split",
@@ -1484,6 +1988,14 @@ def parse_args(argv: Sequence[str] | None) -> Config:
             p.error("--mcp compares two kinds of tool turn on one graph; it takes no --baseline-ref")
         if a.tracing:
             p.error("--mcp takes no --tracing: run them apart")
+    if a.peer:
+        if a.mcp or a.baseline_ref or a.tracing:
+            p.error("--peer takes no --mcp, --baseline-ref or --tracing: run them apart")
+        if a.tool_share:
+            p.error("--peer compares plain streamed turns: a peer runs no tools (--tool-share 0)")
+        base = {**base, **(PEER_QUICK if a.quick else PEER_DEFAULTS)}
+    elif a.profile and not a.quick and not a.mcp:
+        base = {**base, **PROFILE_DEFAULTS}
     val = {k: getattr(a, k) if getattr(a, k) is not None else base[k] for k in DEFAULTS}
     try:
         steps = [int(s) for s in str(val["steps"]).split(",") if s.strip()]
@@ -1512,6 +2024,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         tracing=a.tracing,
         export_schedule_s=QUICK_EXPORT_SCHEDULE_S if a.quick else EXPORT_SCHEDULE_S,
         settle_s=QUICK_SETTLE_S if a.quick else SETTLE_S,
+        peer=a.peer,
+        profile=a.profile,
     )
 
 
@@ -1583,12 +2097,17 @@ def run(cfg: Config) -> dict[str, Any]:
                 "export_schedule_s": cfg.export_schedule_s,
             }
             variants.append(Variant("traced", traced, code))
+        if cfg.peer:
+            peer = start_peer(cfg, tmp, llm_url, stack)
+            variants.append(peer)
+            conf["peer"] = {"name": cfg.peer, "code": peer.code, "argv": peer.service.argv}
         park_redis = park_service = control_service = None
         if cfg.park:
             park_redis = start_redis(stack, tmp / "redis-park")  # dedicated: only parked sessions
             park_service = GraphProcess(park_redis.url, tmp / "graph-park", llm_url, **extra)
             control_service = GraphProcess(redis.url, tmp / "graph-control", llm_url, **extra)
         services = [*{id(v.service): v.service for v in variants}.values()]
+        services = [s for s in services if not isinstance(s, PeerProcess)]  # each started by start_peer
         services += [s for s in (park_service, control_service) if s is not None]
         stack.callback(stop_together, services)
         start_together(services)  # at once, as replicas may start (checkpointer.set_up_indexes)
@@ -1608,6 +2127,9 @@ def run(cfg: Config) -> dict[str, Any]:
         cfg.graph_cpu = min(os.sched_getaffinity(graph_pids[0])) if hasattr(os, "sched_getaffinity") else 0
         print(f"   steps   : {cfg.steps}; parking {cfg.park:,}; placement: {conf['placement']}")
         for v in variants:
+            if isinstance(v.service, PeerProcess):
+                print(f"   {v.name:<8}: {v.code}")
+                continue
             imp = conf.get(f"{v.name}_imports", conf["current_imports"]).splitlines()[0]
             print(f"   {v.name:<8}: {v.code}, vagent_graph from {imp}")
         if mcp is not None:
@@ -1620,6 +2142,8 @@ def run(cfg: Config) -> dict[str, Any]:
             caps = capacity_summary(cfg, variants)
             comparison = print_comparison(variants, caps) if cfg.baseline_ref else None
             tracing = print_tracing(cfg, variants, receiver) if receiver is not None else None
+            peer_result = print_peer(cfg, variants) if cfg.peer else None
+            profile = run_profile(cfg, variants[0], client, llm_url) if cfg.profile else None
             mcp_result = None
             if mcp is not None:
                 mcp.take_calls()
@@ -1647,6 +2171,8 @@ def run(cfg: Config) -> dict[str, Any]:
         rss_control=control,
         **({"mcp": mcp_result} if cfg.mcp else {}),
         **({"tracing": tracing} if cfg.tracing else {}),
+        **({"peer": peer_result} if cfg.peer else {}),
+        **({"profile": profile} if cfg.profile else {}),
     )
 
 

@@ -82,3 +82,42 @@ def test_bench_capacity_quick_prints_and_writes_every_figure(tmp_path: Path) -> 
         ["git", "worktree", "list", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.count("worktree ")
     assert worktrees_after <= worktrees_before  # the baseline's worktree is gone
+
+
+def test_bench_capacity_quick_relay_peer_reports_the_held_out_ratio(tmp_path: Path) -> None:
+    """`--peer relay --quick`: the graph and bench/relay.py alternate step by step and the
+    held-out line names both CPUs per turn and their ratio against the target."""
+    json_path = tmp_path / "capacity-relay.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(ROOT / "bench" / "bench_capacity.py")),
+            *("--quick", "--peer", "relay", "--json", str(json_path)),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
+    for variant in ("current", "relay"):
+        for n in QUICK_STEPS:
+            row = rf"{variant}\s+{n}\s+{2 * n}/{2 * n}\s+100%\s+0\s"
+            assert re.search(row, out), f"missing ramp row {row!r}:\n{out}"
+    line = re.search(
+        r"graph CPU per turn (\d+\.\d) ms, relay (\d+\.\d) ms, ratio (\d+\.\d\d) "
+        r"\(target <= 0\.6\): (PASS|MISS)",
+        out,
+    )
+    assert line, out
+    results = json.loads(json_path.read_text())
+    at = results["peer"]["at"]
+    assert at["relay_cpu_ms_per_turn"] > 0 and at["graph_cpu_ms_per_turn"] > 0, at
+    assert at["ratio"] == at["graph_cpu_ms_per_turn"] / at["relay_cpu_ms_per_turn"], at
+    assert line.group(3) == f"{at['ratio']:.2f}" and line.group(1) == f"{at['graph_cpu_ms_per_turn']:.1f}"
+    assert results["peer"]["peer"] == "relay" and results["config"]["park"] == 0
+    assert sorted((r["variant"], r["conversations"]) for r in results["steps"]) == sorted(
+        (v, n) for v in ("current", "relay") for n in QUICK_STEPS
+    )
+    for r in results["steps"]:
+        assert r["errors"] == 0 and r["completion_rate"] == 1.0 and r["graph_cpu_s"] > 0, r

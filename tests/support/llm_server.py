@@ -49,6 +49,7 @@ __all__ = [
     "PlannedResponse",
     "ReasoningResponse",
     "ScriptedLLMServer",
+    "StalledStream",
     "TextResponse",
     "ToolCallResponse",
     "ok_responder",
@@ -63,6 +64,8 @@ Send: TypeAlias = Callable[[Message], Awaitable[None]]
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 _SSE_DONE = b"data: [DONE]\n\n"
+#: An SSE comment: bytes on the wire, no event (the SDK's parser drops it).
+_SSE_KEEPALIVE = b": keep-alive\n\n"
 _STARTUP_TIMEOUT = 10.0
 
 
@@ -189,12 +192,33 @@ class BrokenStream:
     how: Literal["garbage", "drop"] = "garbage"
 
 
+@dataclass(frozen=True)
+class StalledStream:
+    """A streamed text answer that stalls after ``chunks_before`` of its word pieces: the
+    connection stays open and only SSE keep-alive comments (``: keep-alive``) follow, every
+    ``keepalive`` seconds, until the client goes away or the server stops (at most
+    ``for_seconds``). A client's read timeout never fires (bytes keep coming); only a
+    timeout on the silence of *chunks* ends it."""
+
+    content: str
+    chunks_before: int = 1
+    keepalive: float = 0.2
+    for_seconds: float = 120.0
+
+    def __post_init__(self) -> None:
+        """Reject bad values at push time rather than inside the server thread."""
+        if self.chunks_before < 0:
+            raise ValueError("chunks_before must be >= 0")
+        if self.keepalive <= 0:
+            raise ValueError("keepalive must be > 0")
+
+
 class _DropConnection(Exception):
     """Raised inside the ASGI app to make uvicorn abort the response mid-body."""
 
 
 PlannedResponse: TypeAlias = (
-    TextResponse | ReasoningResponse | ToolCallResponse | ErrorResponse | BrokenStream
+    TextResponse | ReasoningResponse | ToolCallResponse | ErrorResponse | BrokenStream | StalledStream
 )
 DefaultResponder: TypeAlias = Callable[[JSON], PlannedResponse]
 
@@ -509,6 +533,13 @@ class ScriptedLLMServer:
         """Script a stream that breaks off after ``chunks_before`` pieces of ``content``."""
         self.push(BrokenStream(content, chunks_before, how))
 
+    def push_stalled_stream(
+        self, content: str, chunks_before: int = 1, keepalive: float = 0.2, for_seconds: float = 120.0
+    ) -> None:
+        """Script a stream that sends ``chunks_before`` pieces of ``content``, then only
+        keep-alive comments every ``keepalive`` s (see ``StalledStream``)."""
+        self.push(StalledStream(content, chunks_before, keepalive, for_seconds))
+
     def set_default(self, fn: DefaultResponder | None) -> None:
         """Set the responder used when the script is empty; ``None`` restores ``"OK"``."""
         with self._lock:
@@ -706,6 +737,47 @@ class ScriptedLLMServer:
             raise _DropConnection("scripted: connection dropped mid-stream")
         await send({"type": "http.response.body", "body": b'data: {"id": "chatcmpl-broken", "cho\n\n'})
 
+    async def _stalled_stream(
+        self, receive: Receive, send: Send, request: JSON, planned: StalledStream
+    ) -> None:
+        """Stream the first pieces of an answer, then keep-alive comments only until the client
+        leaves (counted as disconnected), the server stops or ``for_seconds`` pass."""
+        model = str(request.get("model") or (self._models[0] if self._models else "test-model"))
+        head, pieces, _tail = self._events(request, _render(TextResponse(planned.content)), model, False)
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), *self._conn_headers]
+        wake = asyncio.Event()
+        client_gone = False
+
+        async def watch() -> None:
+            nonlocal client_gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            client_gone = True
+            wake.set()
+
+        watcher = asyncio.create_task(watch())
+        self._wakers.add(wake)
+        if self._stopping:
+            wake.set()
+        deadline = time.monotonic() + planned.for_seconds
+        try:
+            with contextlib.suppress(OSError):
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                for event in head + pieces[: planned.chunks_before]:
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+                while not wake.is_set() and time.monotonic() < deadline:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wake.wait(), planned.keepalive)
+                    if not wake.is_set():
+                        await send({"type": "http.response.body", "body": _SSE_KEEPALIVE, "more_body": True})
+                if not client_gone:  # out of time, or the server stops: end the body quietly
+                    await send({"type": "http.response.body", "body": b""})
+        finally:
+            watcher.cancel()
+            self._wakers.discard(wake)
+            if client_gone or not self._stopping:
+                self._count(completed=False)
+
     async def _chat(self, receive: Receive, send: Send) -> None:
         """Handle one chat completion: record, pick the planned answer, reply."""
         body = bytearray()
@@ -733,6 +805,9 @@ class ScriptedLLMServer:
             return
         if isinstance(planned, BrokenStream):
             await self._broken_stream(send, request, planned)
+            return
+        if isinstance(planned, StalledStream):
+            await self._stalled_stream(receive, send, request, planned)
             return
         rendered = _render(planned)
         model = str(request.get("model") or (self._models[0] if self._models else "test-model"))

@@ -79,11 +79,13 @@ class AnswerStream(BaseCallbackHandler):
 
     A callback handler on the call (inline: no task, no thread per chunk) so the call stays
     `ainvoke` and LangChain builds the AIMessage for the checkpoint once, at its end. The
-    caller must `close()` it however the call ends: what is held is sent then."""
+    caller must `close()` it however the call ends: what is held is sent then.
+    `last_chunk`: when the last chunk came (time.monotonic), for the call's StallGuard."""
 
     run_inline = True
 
     def __init__(self, write: StreamWriter, window: float, turn: TurnRecorder | None = None) -> None:
+        self.last_chunk = time.monotonic()
         self._write = write
         self._coalescer = Coalescer(window)
         self._turn = turn
@@ -105,12 +107,12 @@ class AnswerStream(BaseCallbackHandler):
         if not isinstance(chunk, ChatGenerationChunk) or chunk is self._last:
             return  # the same chunk told twice (a model that reports its own tokens too)
         self._last = chunk
+        self.last_chunk = now = time.monotonic()  # all the stall guard needs per chunk
         message = chunk.message
         if self._first:
             self._first = False
             if self._turn is not None:  # the call's time to first token (traces)
                 self._turn.chunk_seen(message.id)
-        now = time.monotonic()
         if isinstance(message, AIMessageChunk) and message.tool_call_chunks:
             self._send(self._coalescer.flush(now))  # the text before the tool call, now
         content = message.content

@@ -8,6 +8,7 @@ from langchain_core.language_models import BaseChatModel
 
 from vagent_graph.agent import AgentDescriptor
 from vagent_graph.offline_model import OfflineChatModel
+from vagent_graph.stall_guard import on_attempt
 from vagent_graph.usage import on_request, on_response
 from vagent_shared.settings import GraphSettings
 
@@ -25,10 +26,19 @@ def model_name(settings: GraphSettings, agent: AgentDescriptor) -> str:
 def metered_http_client() -> DefaultAsyncHttpxClient:
     """The SDK's default HTTP client (its timeouts, pool limits, redirects) with usage.py's
     event hooks: every attempt the SDK sends, its retries included, is held for before it
-    goes and charged once answered (docs/budgets.md). Outside a metered call they do nothing."""
+    goes and charged once answered (docs/budgets.md). Each attempt also restarts the stall
+    guard's wait for the first chunk (stall_guard.py). Outside a call they do nothing."""
     from openai import DefaultAsyncHttpxClient
 
-    return DefaultAsyncHttpxClient(event_hooks={"request": [on_request], "response": [on_response]})
+    hooks = {"request": [on_request, on_attempt], "response": [on_response, on_attempt]}
+    return DefaultAsyncHttpxClient(event_hooks=hooks)
+
+
+def stall_limit(llm: BaseChatModel) -> float | None:
+    """How long a streamed call of `llm` may go without a chunk (stall_guard.py): its request
+    timeout, LLM_TIMEOUT_SECONDS (make_chat_model); None for the offline model."""
+    timeout = getattr(llm, "request_timeout", None)
+    return float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
 
 
 def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChatModel:
@@ -48,6 +58,9 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
         streaming=True,
         stream_usage=True,
         timeout=settings.LLM_TIMEOUT_SECONDS,
+        # No wait_for per chunk (~25% of the call's CPU): the model node's one StallGuard per
+        # call ends a call silent for LLM_TIMEOUT_SECONDS instead (stall_guard.py).
+        stream_chunk_timeout=None,
         # The SDK's own retries: 408/409/429/5xx and connection errors, with backoff, only
         # before a response arrives (a stream that fails midway is not retried). Each attempt
         # is held for and charged to the budgets (metered_http_client).

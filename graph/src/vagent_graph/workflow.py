@@ -13,6 +13,7 @@ question-building code, never an already executed tool.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -36,6 +37,7 @@ from vagent_graph.event_stream import AnswerStream, text_of
 from vagent_graph.file_messages import turn_files
 from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm, without_images
 from vagent_graph.hitl import ask_human
+from vagent_graph.llm import stall_limit
 from vagent_graph.memory.commands import MEMORY_OFF
 from vagent_graph.memory.memories import Memories
 from vagent_graph.memory.recall import CONFIG_KEY as MEMORY_KEY
@@ -52,6 +54,7 @@ from vagent_graph.reasoning import without_reasoning
 from vagent_graph.scope import WITHHELD, Readership, ResultScope, scope_of, visible_history
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
+from vagent_graph.stall_guard import StallGuard
 from vagent_graph.telemetry_spans import llm_span, tool_span, tool_step
 from vagent_graph.tool_calls import Confirm, PersonalResults, ToolCalls, pending_calls
 from vagent_graph.tools import Question, Tool, ToolContext, ToolRegistry
@@ -315,10 +318,17 @@ class Workflow:
         stream = answer_stream(config)
         if stream is not None:  # its text reaches the run's stream coalesced, never per chunk
             config = merge_configs(config, {"callbacks": [stream], "tags": [TAG_NOSTREAM]})
+        limit = stall_limit(deps.llm)
+        # A streamed call silent for LLM_TIMEOUT_SECONDS ends (ModelStalled, a TimeoutError):
+        # one timer per call, fed by AnswerStream's chunk times (stall_guard.py).
+        guard: AbstractAsyncContextManager[object] = (
+            StallGuard(limit, stream) if stream is not None and limit else nullcontext()
+        )
         try:
             with llm_span(deps.model_label, deps.llm, prompt, len(tools)) as span:
                 try:  # `stream`: the chunks are streamed (and seen by AnswerStream) by any model
-                    ai: AIMessage = await model.ainvoke(prompt, config, stream=stream is not None)
+                    async with guard:
+                        ai: AIMessage = await model.ainvoke(prompt, config, stream=stream is not None)
                 finally:
                     if stream is not None:
                         stream.close()  # what is held goes out, however the call ended
