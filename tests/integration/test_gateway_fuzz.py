@@ -29,9 +29,7 @@ from schemathesis import APIOperation, Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
-from tests.support.gateway_process import GatewayProcess, WhoamiStandIn, demo_acp
-from tests.support.graph_process import TOKEN as GRAPH_TOKEN
-from tests.support.graph_process import GraphProcess
+from tests.support.gateway_process import GatewayProcess, gateway_stack
 from tests.support.llm_server import ScriptedLLMServer
 
 #: A member with agent access in the demo policy whom test_gateway_api.py does not use: the
@@ -49,21 +47,9 @@ def gateway(
     redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     tmp = tmp_path_factory.mktemp("gw-fuzz")
-    with (
-        WhoamiStandIn({TOKEN: CAROL}) as whoami,
-        demo_acp(tmp) as acp,
-        GraphProcess(redis_url, tmp / "graph", _llm_session.base_url) as graph,
-        GatewayProcess(
-            redis_url,
-            tmp,
-            homeserver=whoami.url,
-            graph_url=graph.url,
-            graph_token=GRAPH_TOKEN,
-            acp_url=acp.base_url,
-            FLOOD_MAX_MESSAGES="100000",
-            LOG_LEVEL="INFO",
-        ) as gw,
-    ):
+    with gateway_stack(
+        redis_url, _llm_session.base_url, tmp, {TOKEN: CAROL}, FLOOD_MAX_MESSAGES="100000", LOG_LEVEL="INFO"
+    ) as gw:
         yield gw
     assert TOKEN not in gw.logs()
 

@@ -22,9 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.gateway_process import GatewayProcess, WhoamiStandIn, demo_acp
-from tests.support.graph_process import TOKEN as GRAPH_TOKEN
-from tests.support.graph_process import GraphProcess
+from tests.support.gateway_process import GatewayProcess, gateway_stack
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.procs import ROOT
 
@@ -88,20 +86,7 @@ def gateway(
     redis_url: str, _llm_session: ScriptedLLMServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayProcess]:
     tmp = tmp_path_factory.mktemp("gw-js")
-    with (
-        WhoamiStandIn(dict(TOKENS)) as whoami,
-        demo_acp(tmp) as acp,
-        GraphProcess(redis_url, tmp / "graph", _llm_session.base_url) as graph,
-        GatewayProcess(
-            redis_url,
-            tmp,
-            homeserver=whoami.url,
-            graph_url=graph.url,
-            graph_token=GRAPH_TOKEN,
-            acp_url=acp.base_url,
-            FLOOD_MAX_MESSAGES="1000",
-        ) as gw,
-    ):
+    with gateway_stack(redis_url, _llm_session.base_url, tmp, dict(TOKENS)) as gw:
         yield gw
     for token in TOKENS:
         assert token not in gw.logs()

@@ -18,9 +18,8 @@ import httpx
 import pytest
 from langgraph_sdk import get_client
 
-from tests.support.gateway_process import GatewayProcess, WhoamiStandIn, demo_acp
+from tests.support.gateway_process import GatewayProcess, demo_acp, gateway_stack
 from tests.support.graph_process import TOKEN as GRAPH_TOKEN
-from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.otlp_receiver import OtlpReceiver, SpanRecord
 from tests.support.procs import ServiceProcess
@@ -55,23 +54,18 @@ def gateway(
 ) -> Iterator[GatewayProcess]:
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
     tmp = tmp_path_factory.mktemp("gwt")
-    with (
-        WhoamiStandIn({TOKEN: ALICE}) as whoami,
-        GraphProcess(redis_url, tmp / "graph", _llm_session.base_url, **otel) as graph,
-        GatewayProcess(
-            redis_url,
-            tmp,
-            homeserver=whoami.url,
-            graph_url=graph.url,
-            graph_token=GRAPH_TOKEN,
-            acp_url=acp.base_url,
-            FLOOD_MAX_MESSAGES="1000",
-            # a deployer asking for every header on the spans: the token headers stay out anyway
-            OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST=".*",
-            OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST=".*",
-            **otel,
-        ) as gw,
-    ):
+    with gateway_stack(
+        redis_url,
+        _llm_session.base_url,
+        tmp,
+        {TOKEN: ALICE},
+        acp_url=acp.base_url,
+        graph_env=otel,
+        # a deployer asking for every header on the spans: the token headers stay out anyway
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST=".*",
+        OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST=".*",
+        **otel,
+    ) as gw:
         yield gw
 
 

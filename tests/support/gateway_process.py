@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -17,6 +19,8 @@ from typing import Self
 
 from procutil import free_port
 
+from tests.support.graph_process import TOKEN as GRAPH_TOKEN
+from tests.support.graph_process import GraphProcess
 from tests.support.procs import ROOT, ServiceProcess
 
 
@@ -116,3 +120,35 @@ def demo_acp(tmp: Path) -> ServiceProcess:
     port = free_port()
     env = {"ACP_HOST": "127.0.0.1", "ACP_PORT": str(port), "ACP_POLICY_FILE": str(policy)}
     return ServiceProcess("vagent-acp", env, tmp / "acp.log", f"http://127.0.0.1:{port}/health")
+
+
+@contextmanager
+def gateway_stack(
+    redis_url: str,
+    llm_url: str,
+    tmp: Path,
+    tokens: dict[str, str],
+    *,
+    acp_url: str | None = None,
+    graph_env: dict[str, str] | None = None,
+    **env: str,
+) -> Iterator[GatewayProcess]:
+    """A gateway in front of a graph of its own (on `llm_url`'s model), with a whoami stand-in
+    knowing `tokens` (token -> user id) and the demo provider (unless `acp_url` names one);
+    a generous flood limit unless `env` sets one. Everything stops when the block ends."""
+    with ExitStack() as stack:
+        whoami = stack.enter_context(WhoamiStandIn(tokens))
+        if acp_url is None:
+            acp_url = stack.enter_context(demo_acp(tmp)).base_url
+        graph = stack.enter_context(GraphProcess(redis_url, tmp / "graph", llm_url, **(graph_env or {})))
+        yield stack.enter_context(
+            GatewayProcess(
+                redis_url,
+                tmp,
+                homeserver=whoami.url,
+                graph_url=graph.url,
+                graph_token=GRAPH_TOKEN,
+                acp_url=acp_url,
+                **{"FLOOD_MAX_MESSAGES": "1000", **env},
+            )
+        )
