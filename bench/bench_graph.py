@@ -34,7 +34,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage
 from langgraph.graph.state import CompiledStateGraph
 from redis.asyncio import Redis
 
@@ -70,7 +69,7 @@ from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
 from vagent_graph.agent import load_descriptor  # noqa: E402
-from vagent_graph.event_stream import STREAM_MODES, durability_for, text_of  # noqa: E402
+from vagent_graph.event_stream import STREAM_MODES, durability_for  # noqa: E402
 from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
 from vagent_graph.resources import open_resources  # noqa: E402
 from vagent_graph.tools.catalogue import default_registry  # noqa: E402
@@ -79,6 +78,9 @@ from vagent_shared import AcContext, redis_keys  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, TextChunk  # noqa: E402
 from vagent_shared.settings import CommonSettings, GraphSettings  # noqa: E402
 from vagent_shared.wire import ProcessMessageRequest  # noqa: E402
+
+#: The service's text window (STREAM_COALESCE_MS default): BARE streams as the service does.
+COALESCE_MS: int = GraphSettings.model_fields["STREAM_COALESCE_MS"].default
 
 RATIO_TARGET = 1.3
 #: Requests per worker in one block of a concurrent phase: the first and the last of each
@@ -108,11 +110,13 @@ USER_AC: AcContext = ac()
 
 @dataclass
 class Sample:
-    """One request: seconds to the first text, seconds to the end, text items seen."""
+    """One request: seconds to the first text, seconds to the end, text items seen (the
+    model's CHUNKS pieces, coalesced per STREAM_COALESCE_MS window), and their text."""
 
     first: float
     total: float
     chunks: int
+    text: str = ""
 
 
 @dataclass
@@ -148,6 +152,7 @@ class Phase:
             "total_ms": self.stats("total"),
             "text_items_min": min(s.chunks for s in self.samples),
             "text_items_max": max(s.chunks for s in self.samples),
+            "whole_answer_every_time": all(s.text == ANSWER for s in self.samples),
         }
 
 
@@ -184,24 +189,27 @@ async def service_like_graph(settings: GraphSettings) -> AsyncIterator[CompiledS
 
 
 async def bare_request(graph: CompiledStateGraph[Any], session_id: str | None = None) -> Sample:
-    """One in-process run; first = first "messages" item with text, total = stream exhausted."""
-    cfg = run_config(session_id or new_session().format())
+    """One in-process run; first = first text item (the answer's coalesced `custom` stream, as
+    the service reads it), total = stream exhausted."""
+    cfg = run_config(session_id or new_session().format(), coalesce_ms=COALESCE_MS)
     start = time.perf_counter()
     first: float | None = None
-    chunks = 0
+    chunks, pieces = 0, []
     graph_input = new_turn_input(QUESTION, USER_AC)
     run = graph.astream(  # stream modes and checkpoint policy as the service runs a new turn
         graph_input, cfg, stream_mode=STREAM_MODES, durability=durability_for(graph_input)
     )
     async for mode, payload in run:
-        if mode == "messages" and isinstance(payload[0], BaseMessage) and text_of(payload[0]):
+        item = payload if mode == "custom" and isinstance(payload, dict) else {}
+        if item.get("type") == "text" and item.get("content"):
             chunks += 1
+            pieces.append(str(item["content"]))
             if first is None:
                 first = time.perf_counter() - start
     total = time.perf_counter() - start
     if first is None:
         raise BenchError("bare run streamed no text")
-    return Sample(first, total, chunks)
+    return Sample(first, total, chunks, "".join(pieces))
 
 
 async def service_request(client: GraphClient) -> Sample:
@@ -211,10 +219,11 @@ async def service_request(client: GraphClient) -> Sample:
     start = time.perf_counter()
     first: float | None = None
     total: float | None = None
-    chunks = 0
+    chunks, pieces = 0, []
     async for ev in client.process_message(req):
         if isinstance(ev, TextChunk):
             chunks += 1
+            pieces.append(ev.content)
             if first is None:
                 first = time.perf_counter() - start
         elif isinstance(ev, Done):
@@ -223,7 +232,7 @@ async def service_request(client: GraphClient) -> Sample:
             raise BenchError(f"service answered an error event: {ev.message}")
     if first is None or total is None:
         raise BenchError("service stream ended without text or without done")
-    return Sample(first, total, chunks)
+    return Sample(first, total, chunks, "".join(pieces))
 
 
 async def run_phase(mode: str, request: Callable[[], Awaitable[Sample]], n: int, concurrency: int) -> Phase:
