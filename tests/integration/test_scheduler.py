@@ -255,9 +255,10 @@ async def test_a_run_answering_longer_than_its_lease_is_not_taken_for_abandoned(
     slow = RecordingSide(runs)
     slow.hold_run = True
     audit = RecordingAudit()
-    answering, other = Running(clients(), slow, audit), Running(clients(), RecordingSide(runs), audit)
+    answering = Running(clients(), slow, audit)
+    await asyncio.wait_for(slow.entered.wait(), 20)  # it holds the run: then another bot looks on
+    other = Running(clients(), RecordingSide(runs), audit)
     try:
-        await asyncio.wait_for(slow.entered.wait(), 20)
         started = time.monotonic()
         await until(lambda: time.monotonic() > started + 4 * LEASE, "four leases went by")
         slow.release.set()
