@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.support.knowledge import RecordingEmbedder
-from vagent_graph.memory.store import QUESTION_BATCH, _RecentVectors
+from vagent_graph.memory.store import QUESTION_BATCH, QUESTION_WORKERS, _RecentVectors
 
 QUESTIONS = [f"what did I tell you about project {n} and my tea?" for n in range(8)]
 
@@ -34,6 +34,37 @@ async def test_questions_asked_while_the_model_is_busy_are_embedded_in_one_batch
         assert cosine(row, single) > 0.99  # the same vector as embedded on its own
     assert await vectors([QUESTIONS[3]]) == rows[3]  # cached: the model is not asked again
     assert len(embedder.batches) == 2
+    await vectors.aclose()
+
+
+class HeldFirst(RecordingEmbedder):
+    """The first batch takes until `release` is set (a long batch on one core)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        first = not self.batches
+        rows = await super().embed(texts)
+        if first:
+            await self.release.wait()
+        return rows
+
+
+async def test_a_question_asked_while_a_batch_is_embedded_does_not_wait_for_it() -> None:
+    """Two batches at once (QUESTION_WORKERS): the second question's vector comes while the
+    first batch is still being embedded."""
+    assert QUESTION_WORKERS == 2
+    embedder = HeldFirst()
+    vectors = _RecentVectors(embedder)
+    first = asyncio.create_task(vectors(QUESTIONS[:1]))
+    await embedder.called.wait()
+    (second,) = await asyncio.wait_for(vectors(QUESTIONS[1:2]), 10)
+    assert not first.done() and len(second) > 0
+    assert embedder.batches == [QUESTIONS[:1], QUESTIONS[1:2]]
+    embedder.release.set()
+    await first
     await vectors.aclose()
 
 
