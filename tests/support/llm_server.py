@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, cast
@@ -211,6 +211,15 @@ class StalledStream:
             raise ValueError("chunks_before must be >= 0")
         if self.keepalive <= 0:
             raise ValueError("keepalive must be > 0")
+
+
+@dataclass
+class _ClientWatch:
+    """While a streamed answer is sent: `wake` is set once the client leaves (`gone`) or the
+    server stops (ScriptedLLMServer._watching)."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: bool = False
 
 
 class _DropConnection(Exception):
@@ -745,38 +754,48 @@ class ScriptedLLMServer:
         model = str(request.get("model") or (self._models[0] if self._models else "test-model"))
         head, pieces, _tail = self._events(request, _render(TextResponse(planned.content)), model, False)
         headers = [(b"content-type", b"text/event-stream; charset=utf-8"), *self._conn_headers]
-        wake = asyncio.Event()
-        client_gone = False
+        deadline = time.monotonic() + planned.for_seconds
+        async with self._watching(receive) as watch:
+            try:
+                with contextlib.suppress(OSError):
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    for event in head + pieces[: planned.chunks_before]:
+                        await send({"type": "http.response.body", "body": event, "more_body": True})
+                    while not watch.wake.is_set() and time.monotonic() < deadline:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(watch.wake.wait(), planned.keepalive)
+                        if not watch.wake.is_set():
+                            await send(
+                                {"type": "http.response.body", "body": _SSE_KEEPALIVE, "more_body": True}
+                            )
+                    if not watch.gone:  # out of time, or the server stops: end the body quietly
+                        await send({"type": "http.response.body", "body": b""})
+            finally:
+                if watch.gone or not self._stopping:
+                    self._count(completed=False)
 
-        async def watch() -> None:
-            nonlocal client_gone
+    @contextlib.asynccontextmanager
+    async def _watching(self, receive: Receive) -> AsyncIterator[_ClientWatch]:
+        """A watch on the client for the block: uvicorn answers receive() with
+        http.disconnect once the socket closes (and silently drops later sends), so that is
+        the reliable signal; a server that stops wakes every watch too."""
+        watch = _ClientWatch()
+
+        async def watcher() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            client_gone = True
-            wake.set()
+            watch.gone = True
+            watch.wake.set()
 
-        watcher = asyncio.create_task(watch())
-        self._wakers.add(wake)
+        task = asyncio.create_task(watcher())
+        self._wakers.add(watch.wake)
         if self._stopping:
-            wake.set()
-        deadline = time.monotonic() + planned.for_seconds
+            watch.wake.set()
         try:
-            with contextlib.suppress(OSError):
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                for event in head + pieces[: planned.chunks_before]:
-                    await send({"type": "http.response.body", "body": event, "more_body": True})
-                while not wake.is_set() and time.monotonic() < deadline:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wake.wait(), planned.keepalive)
-                    if not wake.is_set():
-                        await send({"type": "http.response.body", "body": _SSE_KEEPALIVE, "more_body": True})
-                if not client_gone:  # out of time, or the server stops: end the body quietly
-                    await send({"type": "http.response.body", "body": b""})
+            yield watch
         finally:
-            watcher.cancel()
-            self._wakers.discard(wake)
-            if client_gone or not self._stopping:
-                self._count(completed=False)
+            task.cancel()
+            self._wakers.discard(watch.wake)
 
     async def _chat(self, receive: Receive, send: Send) -> None:
         """Handle one chat completion: record, pick the planned answer, reply."""
@@ -931,46 +950,29 @@ class ScriptedLLMServer:
             await send({"type": "http.response.body", "body": payload})
             return
 
-        wake = asyncio.Event()  # set when the client leaves or the server stops
-        client_gone = False
-
-        async def watch() -> None:
-            # uvicorn answers receive() with http.disconnect once the socket closes
-            # (and silently drops later sends), so this is the reliable signal.
-            nonlocal client_gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            client_gone = True
-            wake.set()
-
-        watcher = asyncio.create_task(watch())
-        self._wakers.add(wake)
-        if self._stopping:
-            wake.set()
         counted = False
-        try:
-            # Other ASGI servers raise OSError on send to a closed socket: same as "gone".
-            with contextlib.suppress(OSError):
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                for event in head:
-                    await send({"type": "http.response.body", "body": event, "more_body": True})
-                for event in pieces:
-                    with contextlib.suppress(TimeoutError):  # the delay; wake ends it early
-                        await asyncio.wait_for(wake.wait(), rendered.delay)
-                    if wake.is_set():
-                        break
-                    await send({"type": "http.response.body", "body": event, "more_body": True})
-                if not wake.is_set():
-                    counted = True
-                    self._count(completed=True)
-                    await send({"type": "http.response.body", "body": b"".join(tail)})
-                elif not client_gone:  # server stopping: end the response quietly
-                    await send({"type": "http.response.body", "body": b""})
-        finally:
-            watcher.cancel()
-            self._wakers.discard(wake)
-            if not counted and (client_gone or not self._stopping):
-                self._count(completed=False)
+        async with self._watching(receive) as watch:
+            try:
+                # Other ASGI servers raise OSError on send to a closed socket: same as "gone".
+                with contextlib.suppress(OSError):
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    for event in head:
+                        await send({"type": "http.response.body", "body": event, "more_body": True})
+                    for event in pieces:
+                        with contextlib.suppress(TimeoutError):  # the delay; wake ends it early
+                            await asyncio.wait_for(watch.wake.wait(), rendered.delay)
+                        if watch.wake.is_set():
+                            break
+                        await send({"type": "http.response.body", "body": event, "more_body": True})
+                    if not watch.wake.is_set():
+                        counted = True
+                        self._count(completed=True)
+                        await send({"type": "http.response.body", "body": b"".join(tail)})
+                    elif not watch.gone:  # server stopping: end the response quietly
+                        await send({"type": "http.response.body", "body": b""})
+            finally:
+                if not counted and (watch.gone or not self._stopping):
+                    self._count(completed=False)
 
     def _count(self, completed: bool) -> None:
         """Bump the completed or disconnected stream counter."""
