@@ -24,10 +24,10 @@ SUPPORTED_MODES: Final = frozenset({"values", "messages-tuple", "updates"})
 Json = dict[str, Any]
 
 
-def human_message(content: str, message_id: str) -> Json:
-    """A LangChain HumanMessage as `messages_to_dict` would give its `data`."""
+def _message(kind: str, content: str, message_id: str) -> Json:
+    """The fields every LangChain message dict has (`messages_to_dict`'s `data`)."""
     return {
-        "type": "human",
+        "type": kind,
         "content": content,
         "id": message_id,
         "name": None,
@@ -37,16 +37,15 @@ def human_message(content: str, message_id: str) -> Json:
     }
 
 
+def human_message(content: str, message_id: str) -> Json:
+    """A LangChain HumanMessage as `messages_to_dict` would give its `data`."""
+    return _message("human", content, message_id)
+
+
 def ai_message(content: str, message_id: str) -> Json:
     """A final LangChain AIMessage (no tool calls: tool calls and results are never shown)."""
     return {
-        "type": "ai",
-        "content": content,
-        "id": message_id,
-        "name": None,
-        "additional_kwargs": {},
-        "response_metadata": {},
-        "example": False,
+        **_message("ai", content, message_id),
         "tool_calls": [],
         "invalid_tool_calls": [],
         "usage_metadata": None,
