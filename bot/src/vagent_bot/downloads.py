@@ -29,7 +29,7 @@ from nio.exceptions import EncryptionError
 from vagent_bot.http import proxy_for
 from vagent_bot.media import Media, declared_size_refusal, mxc_parts, too_large, type_refusal
 from vagent_shared.attachments import Kind, sniff_mime
-from vagent_shared.graph_client import LazySession
+from vagent_shared.http_session import LazySession
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)

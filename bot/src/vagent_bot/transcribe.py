@@ -15,7 +15,7 @@ import aiohttp
 import structlog
 
 from vagent_bot.http import proxy_for
-from vagent_shared.graph_client import LazySession
+from vagent_shared.http_session import LazySession
 from vagent_shared.settings import BotSettings
 
 log = structlog.get_logger(__name__)

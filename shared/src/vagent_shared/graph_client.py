@@ -25,6 +25,7 @@ import structlog
 from pydantic import BaseModel
 
 from vagent_shared.events import SSEDecoder, SSEEvent, parse_sse_event
+from vagent_shared.http_session import LazySession
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest, ResetRequest
 
 _JSON: Final = {"Content-Type": "application/json"}
@@ -93,28 +94,6 @@ def refusal(status: int, raw: bytes) -> GraphError:
     if status >= 500 or status in (401, 403):
         return GraphUnavailable(f"{status} {code}", **fields)
     return GraphRejected(f"{status} {code}", **fields)
-
-
-class LazySession:
-    """An aiohttp session made on first use (it belongs to the running loop), or the one a
-    caller handed in; `aclose` closes only one it made itself."""
-
-    def __init__(
-        self,
-        given: aiohttp.ClientSession | None = None,
-        make: Callable[[], aiohttp.ClientSession] = aiohttp.ClientSession,
-    ) -> None:
-        self._session, self._owned, self._make = given, given is None, make
-
-    def get(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = self._make()
-        return self._session
-
-    async def aclose(self) -> None:
-        if self._owned and self._session is not None:
-            await self._session.close()
-            self._session = None
 
 
 class GraphClient:
