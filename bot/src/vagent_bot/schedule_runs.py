@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
-from vagent_shared.access_provider import UNAVAILABLE_REASONS as _PROVIDER_DOWN
+from vagent_shared.access_provider import UNAVAILABLE_REASONS
 from vagent_shared.schedule_store import NextDue
 from vagent_shared.schedules import MAX_SKIPS_IN_A_ROW, ScheduledJob
 
@@ -110,7 +110,7 @@ def access_skip(allowed: bool, reason: str) -> Skip | None:
     """Agent access exactly as for a message (`AccessProvider.check`), fetched fresh."""
     if allowed:
         return None
-    return Skip("provider_unavailable" if reason in _PROVIDER_DOWN else "no_agent_access")
+    return Skip("provider_unavailable" if reason in UNAVAILABLE_REASONS else "no_agent_access")
 
 
 def decide(
