@@ -238,6 +238,8 @@ def test_a_damaged_union_is_readable_by_nobody() -> None:
 # ---- what is never stored ------------------------------------------------------------------
 SECRETS = [
     "dev-tickets-key-alice-" + secrets.token_hex(8),
+    "dev-tickets-key-alice-9c55659c5565493f",  # random, but with many repeats: it once slipped
+    "dev-tickets-key-alice-4150239187736402",  # random hex that happens to be all digits
     "sk-proj-" + secrets.token_urlsafe(24),
     "ghp_" + secrets.token_hex(18),
     "AKIAIOSFODNN7EXAMPLE",

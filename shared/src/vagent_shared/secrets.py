@@ -76,6 +76,16 @@ def _randomish(part: str) -> bool:
     )
 
 
+def _labelled_value(part: str) -> bool:
+    """The value next to a `key`/`token` label: letters and digits as above, but since the label
+    already says what it is, a random hex value with many repeats (`9c55659c5565493f`, entropy
+    2.48) or all digits still counts. Without this, one random 16-hex key in ~600 slipped."""
+    return len(part) >= 8 and any(c.isdigit() for c in part) and (
+        _randomish(part)
+        or (_entropy(part) >= 2.0 and (any(c.isalpha() for c in part) or len(part) >= 12))
+    )
+
+
 def _kind(c: str) -> str:
     return "l" if c.islower() else "u" if c.isupper() else "d" if c.isdigit() else "s"
 
@@ -97,7 +107,7 @@ def _generic_key(run: str) -> bool:
     if _HEX_OR_UUID.match(run) or "://" in run or run.count("/") > 1 or run.count(".") > 2:
         return False
     parts = [p for p in _PARTS.split(run) if p]
-    if any(p.lower() in _KEY_WORDS for p in parts) and any(_randomish(p) for p in parts):
+    if any(p.lower() in _KEY_WORDS for p in parts) and any(_labelled_value(p) for p in parts):
         return True
     if any(c.islower() for c in run) and any(c.isupper() for c in run):  # base64-like
         letters = [c for c in run if c.isalpha()]
