@@ -68,12 +68,12 @@ from redis_local import RedisServer, free_port  # noqa: E402
 from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from vagent_bot.graph_client import GraphClient  # noqa: E402
-from vagent_graph.agent import load_descriptor  # noqa: E402
-from vagent_graph.event_stream import STREAM_MODES, durability_for  # noqa: E402
-from vagent_graph.llm import make_chat_model, model_name  # noqa: E402
+from vagent_graph.agents.descriptor import load_descriptor  # noqa: E402
+from vagent_graph.models.llm import make_chat_model, model_name  # noqa: E402
 from vagent_graph.resources import open_resources  # noqa: E402
 from vagent_graph.tools.catalogue import default_registry  # noqa: E402
-from vagent_graph.workflow import new_turn_input, run_config  # noqa: E402
+from vagent_graph.turn.events import STREAM_MODES, durability_for  # noqa: E402
+from vagent_graph.workflow.graph import new_turn_input, run_config  # noqa: E402
 from vagent_shared import AcContext, redis_keys  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, TextChunk  # noqa: E402
 from vagent_shared.settings import CommonSettings, GraphSettings  # noqa: E402

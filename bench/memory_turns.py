@@ -63,7 +63,7 @@ MODES = ("on", "off")
 #: Measured turns per conversation before the modes swap.
 BLOCK = 5
 TARGET_P50_MS, TARGET_P99_MS = 10.0, 30.0
-#: The graph's recall histogram (vagent_graph/metrics.py MEMORY_RECALL_SECONDS): one
+#: The graph's recall histogram (vagent_graph/observability/metrics.py MEMORY_RECALL_SECONDS): one
 #: observation per recall, with or without memories found.
 RECALL_HISTOGRAM = "vagent_graph_memory_recall_seconds"
 #: Each graph's own audit stream, so its memory_* records are told apart.

@@ -20,7 +20,7 @@ from tests.e2e.test_bot_e2e import dm_with_bot
 from tests.support.knowledge import doc_store, ingest
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.matrix_human import HumanClient, Msg
-from vagent_graph.scope import WITHHELD
+from vagent_graph.tools.scope import WITHHELD
 
 pytestmark = pytest.mark.e2e
 

@@ -551,7 +551,7 @@ async def test_each_stream_ends_unlocked_pruned_and_with_the_right_question_hint
     a question waits, and only the latest checkpoint's write keys are left."""
     from redis.asyncio import Redis
 
-    from vagent_graph.end_of_run import write_keys_zset
+    from vagent_graph.state.end_of_run import write_keys_zset
     from vagent_shared import redis_keys
 
     sid = new_session()

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 from redis.asyncio import Redis
 
-from vagent_graph.budgets import Budgets
-from vagent_graph.usage import (
+from vagent_graph.observability.budgets import Budgets
+from vagent_graph.observability.usage import (
     OUTPUT_ALLOWANCE,
     BudgetSpent,
     Refusal,

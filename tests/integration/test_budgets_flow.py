@@ -44,14 +44,14 @@ from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import JSON, PlannedResponse, ScriptedLLMServer, TextResponse, _prompt_tokens
 from tests.support.records import CUTOFF, older
 from tests.support.sse import post_sse
-from vagent_graph.agent import load_descriptor
-from vagent_graph.event_stream import stream_run
-from vagent_graph.llm import make_chat_model
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.models.llm import make_chat_model
+from vagent_graph.observability.usage import OUTPUT_ALLOWANCE, schema_tokens, streamed_tokens
 from vagent_graph.resources import Resources, open_resources
 from vagent_graph.tools import Tool, ToolContext
 from vagent_graph.tools.catalogue import default_registry
-from vagent_graph.usage import OUTPUT_ALLOWANCE, schema_tokens, streamed_tokens
-from vagent_graph.workflow import new_turn_input, run_config
+from vagent_graph.turn.events import stream_run
+from vagent_graph.workflow.graph import new_turn_input, run_config
 from vagent_shared import SessionId, parse_sse_event, redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.budgets import UsageRow, usage_day

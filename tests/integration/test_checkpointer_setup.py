@@ -9,7 +9,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from redis_local import RedisServer, free_port
-from vagent_graph.checkpointer import open_checkpointer
+from vagent_graph.state.checkpointer import open_checkpointer
 
 
 async def test_replicas_setting_up_together_on_a_new_redis_all_succeed(tmp_path: Path) -> None:

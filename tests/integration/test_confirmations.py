@@ -26,14 +26,14 @@ from tests.integration.test_workflow import Harness, final, question, tool_resul
 from tests.support.confirmations import expected, read_back
 from tests.support.factories import ac, new_session
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallResponse
-from vagent_graph.agent import AgentDescriptor, load_descriptor
-from vagent_graph.confirmation import render_question
-from vagent_graph.event_stream import stream_run
+from vagent_graph.agents.descriptor import AgentDescriptor, load_descriptor
+from vagent_graph.observability.recorder import TurnRecorder, new_trace
 from vagent_graph.tools import NothingToDo, Prepared, Tool, ToolContext
 from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.tools.confirmation import render_question
 from vagent_graph.tools.schedule import Scheduling
-from vagent_graph.turns import TurnRecorder, new_trace
-from vagent_graph.workflow import new_turn_input
+from vagent_graph.turn.events import stream_run
+from vagent_graph.workflow.graph import new_turn_input
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.events import HitlRequest, SSEEvent

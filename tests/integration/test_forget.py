@@ -45,15 +45,16 @@ from vagent_bot.hitl_store import HitlStore
 from vagent_bot.routing import parse_message, session_for
 from vagent_bot.transcribe import Transcriber
 from vagent_bot.turn_files import TurnFiles
-from vagent_graph import cli, erasure
-from vagent_graph.app import create_app
-from vagent_graph.end_of_run import end_of_run
-from vagent_graph.event_stream import stream_run
+from vagent_graph import cli
+from vagent_graph.http.app import create_app
 from vagent_graph.knowledge.embeddings import LocalEmbedder
 from vagent_graph.memory.store import MemoryStore
 from vagent_graph.resources import Resources
-from vagent_graph.session_lock import SessionLock
-from vagent_graph.workflow import new_turn_input
+from vagent_graph.state import erasure
+from vagent_graph.state.end_of_run import end_of_run
+from vagent_graph.state.session_lock import SessionLock
+from vagent_graph.turn.events import stream_run
+from vagent_graph.workflow.graph import new_turn_input
 from vagent_shared import SessionId, redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail

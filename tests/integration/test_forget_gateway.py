@@ -30,10 +30,10 @@ from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.redis_dump import dump_all
 from tests.support.vagent_cli import Ran, run_vagent
-from vagent_graph import erasure
-from vagent_graph.event_stream import stream_run
 from vagent_graph.resources import Resources
-from vagent_graph.workflow import new_turn_input
+from vagent_graph.state import erasure
+from vagent_graph.turn.events import stream_run
+from vagent_graph.workflow.graph import new_turn_input
 from vagent_shared import SessionId, redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail

@@ -23,8 +23,8 @@ from tests.integration.test_confirmations import KeptTrail
 from tests.integration.test_workflow import Harness, final, question, tool_results
 from tests.support.factories import ac, new_session
 from tests.support.llm_server import PlannedResponse, ScriptedLLMServer, TextResponse
-from vagent_graph.agent import load_descriptor
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.tools import build_tools
 from vagent_graph.tools import ToolContext, ToolRegistry
 from vagent_graph.tools.catalogue import builtin_tools

@@ -15,7 +15,7 @@ from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.sse import post_sse
-from vagent_graph.scope import WITHHELD
+from vagent_graph.tools.scope import WITHHELD
 from vagent_shared import AcContext, SessionId
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
 from vagent_shared.knowledge import Audience, AudienceMember

@@ -23,8 +23,8 @@ from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.sse import kinds, post_sse
-from vagent_graph.checkpointer import open_checkpointer
-from vagent_graph.confirmation import MASK, question_text, shown_arguments
+from vagent_graph.state.checkpointer import open_checkpointer
+from vagent_graph.tools.confirmation import MASK, question_text, shown_arguments
 from vagent_shared import AcContext, SessionId
 from vagent_shared.events import HitlAction, HitlRequest, SSEEvent, TextFinal
 

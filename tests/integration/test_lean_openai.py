@@ -1,6 +1,6 @@
 """``make_chat_model``'s transform-free ``chat.completions`` against the real SDK path.
 
-Why: ``vagent_graph.lean_openai`` replaces the one call every LLM request goes through,
+Why: ``vagent_graph.models.lean_openai`` replaces the one call every LLM request goes through,
 so each test runs real langchain-openai + openai over HTTP against the scripted server,
 once through the wrapper and, where it matters, once through the unmodified SDK path,
 and compares what the server received and what the caller got back.
@@ -28,10 +28,10 @@ from pydantic import SecretStr
 
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.sample_tools import add, get_weather
-from vagent_graph.agent import AgentDescriptor
-from vagent_graph.event_stream import error_event_for
-from vagent_graph.lean_openai import PlainChatCompletions
-from vagent_graph.llm import make_chat_model
+from vagent_graph.agents.descriptor import AgentDescriptor
+from vagent_graph.models.lean_openai import PlainChatCompletions
+from vagent_graph.models.llm import make_chat_model
+from vagent_graph.turn.events import error_event_for
 from vagent_shared.settings import GraphSettings
 
 AGENT = AgentDescriptor(id="t", name="T", system_prompt="be brief", temperature=0.2)

@@ -17,7 +17,7 @@ from tests.support.factories import ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.sse import kinds, post_sse
-from vagent_graph.usage import streamed_tokens
+from vagent_graph.observability.usage import streamed_tokens
 from vagent_shared import redis_keys
 from vagent_shared.budgets import usage_day
 from vagent_shared.events import ErrorEvent, SSEEvent, TextChunk, TextFinal

@@ -17,11 +17,11 @@ from langchain_core.language_models import BaseChatModel
 from redis.asyncio import Redis
 
 from tests.support.llm_server import ScriptedLLMServer, _prompt_tokens
-from vagent_graph.agent import load_descriptor
-from vagent_graph.budgets import Budgets
-from vagent_graph.event_stream import error_event_for
-from vagent_graph.llm import make_chat_model
-from vagent_graph.usage import OUTPUT_ALLOWANCE, BudgetSpent, Hold, Usage
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.models.llm import make_chat_model
+from vagent_graph.observability.budgets import Budgets
+from vagent_graph.observability.usage import OUTPUT_ALLOWANCE, BudgetSpent, Hold, Usage
+from vagent_graph.turn.events import error_event_for
 from vagent_shared import redis_keys
 from vagent_shared.budgets import usage_day
 from vagent_shared.settings import GraphSettings

@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from tests.integration.test_workflow import Harness, question
 from tests.support.factories import ac, new_session
 from tests.support.llm_server import ScriptedLLMServer
-from vagent_graph.agent import load_descriptor
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.tools import build_tools
 from vagent_graph.tools import ToolContext, ToolRegistry
 from vagent_graph.tools.catalogue import builtin_tools

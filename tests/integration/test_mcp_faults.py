@@ -19,13 +19,13 @@ from pydantic import SecretStr
 
 from tests.support.factories import ac
 from tests.support.mcp_server import McpTestServer, fingerprint, tool
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp import pool as mcp_pool
-from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import McpServers
-from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import ToolContext, ToolRegistry, ToolResult
 from vagent_graph.tools.catalogue import builtin_tools
+from vagent_graph.workflow.tool_images import shown_images
 from vagent_shared.attachments import sniff_mime
 from vagent_shared.credentials import CredentialResponse
 

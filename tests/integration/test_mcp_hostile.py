@@ -26,12 +26,12 @@ import pytest
 
 from tests.support.factories import ac
 from tests.support.mcp_server import McpTestServer, tool
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import LIST_CHANGED_MIN_SECONDS, McpServers
-from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import ToolContext, ToolRegistry, ToolResult
 from vagent_graph.tools.base import RunFn
+from vagent_graph.workflow.tool_images import shown_images
 
 LIMITS = McpLimits()  # the defaults of the settings
 #: Over the default MCP_RESPONSE_MAX_BYTES (16 MiB).

@@ -27,9 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.support.factories import ac
 from tests.support.mcp_server import McpTestServer, tool
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp import pool as mcp_pool
 from vagent_graph.mcp.client import McpUnavailable
-from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.results import failure_text
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.tools import ToolContext, ToolRegistry

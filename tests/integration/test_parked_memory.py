@@ -15,10 +15,10 @@ from langgraph.types import Command
 from tests.support.factories import ac, new_session
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
-from vagent_graph.checkpointer import KEY_CACHE_MAX, BoundedKeyCache
-from vagent_graph.event_stream import durability_for
 from vagent_graph.resources import Resources
-from vagent_graph.workflow import new_turn_input, run_config
+from vagent_graph.state.checkpointer import KEY_CACHE_MAX, BoundedKeyCache
+from vagent_graph.turn.events import durability_for
+from vagent_graph.workflow.graph import new_turn_input, run_config
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.integration.test_credentials_flow import ALICE, DOMAIN, FB, PM, TICKE
 from tests.support.factories import ac, message_body, new_session
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.sse import kinds
-from vagent_graph.scope import WITHHELD
+from vagent_graph.tools.scope import WITHHELD
 from vagent_shared import SessionId
 from vagent_shared.events import HitlRequest, SSEEvent
 from vagent_shared.knowledge import Audience, AudienceMember

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from vagent_graph.checkpointer import open_checkpointer
 from vagent_graph.knowledge import doc_index
+from vagent_graph.state.checkpointer import open_checkpointer
 from vagent_shared.logs import configure_logging
 
 

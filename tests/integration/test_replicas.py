@@ -25,7 +25,7 @@ from tests.support.llm_server import ScriptedLLMServer
 from tests.support.records import CUTOFF, older
 from tests.support.sse import kinds, post_sse
 from tests.support.tcp_proxy import RoundRobinProxy
-from vagent_graph.session_lock import LEASE_SECONDS
+from vagent_graph.state.session_lock import LEASE_SECONDS
 from vagent_shared import parse_sse_event
 from vagent_shared.events import HitlRequest, TextChunk, TextFinal, TurnStarted
 

@@ -17,10 +17,10 @@ import pytest
 from tests.support.factories import ac, new_session
 from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer
-from vagent_graph import metrics
-from vagent_graph.event_stream import Prelude, Run
+from vagent_graph.observability import metrics
 from vagent_graph.resources import Resources
-from vagent_graph.workflow import new_turn_input, run_config
+from vagent_graph.turn.events import Prelude, Run
+from vagent_graph.workflow.graph import new_turn_input, run_config
 from vagent_shared.events import ErrorEvent, SSEEvent, TextChunk
 
 

@@ -1,4 +1,4 @@
-"""The session lock (vagent_graph.session_lock) on a real Redis: one holder per session,
+"""The session lock (vagent_graph.state.session_lock) on a real Redis: one holder per session,
 each releases only its own lock, and taking it reads the pending-question hint."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support.factories import new_session
-from vagent_graph import session_lock
-from vagent_graph.session_lock import SessionBusy, SessionLock
+from vagent_graph.state import session_lock
+from vagent_graph.state.session_lock import SessionBusy, SessionLock
 from vagent_shared import redis_keys
 
 

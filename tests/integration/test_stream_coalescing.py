@@ -20,8 +20,8 @@ from tests.support.graph_process import GraphProcess
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, split_text
 from tests.support.records import CUTOFF, add_old_record, older
 from tests.support.sse import post_sse
-from vagent_graph.reasoning import THINKING_STATUS
-from vagent_graph.usage import streamed_tokens
+from vagent_graph.models.reasoning import THINKING_STATUS
+from vagent_graph.observability.usage import streamed_tokens
 from vagent_shared import parse_sse_event, redis_keys
 from vagent_shared.budgets import usage_day
 from vagent_shared.events import HitlRequest, Progress, SSEEvent, TextChunk, TextFinal, TurnStarted

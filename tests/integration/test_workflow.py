@@ -17,14 +17,14 @@ from redis.asyncio import Redis
 
 from tests.support.factories import ac, new_session
 from tests.support.llm_server import ScriptedLLMServer, TextResponse, ToolCallResponse
-from vagent_graph.agent import AgentDescriptor, load_descriptor
-from vagent_graph.event_stream import stream_run
-from vagent_graph.hitl import CANCEL_RESUME
+from vagent_graph.agents.descriptor import AgentDescriptor, load_descriptor
 from vagent_graph.services import Services
 from vagent_graph.services.records import RecordsDb, ensure_records_db
 from vagent_graph.tools import ToolRegistry
 from vagent_graph.tools.catalogue import default_registry
-from vagent_graph.workflow import Deps, build_graph, new_turn_input
+from vagent_graph.turn.events import stream_run
+from vagent_graph.workflow.graph import Deps, build_graph, new_turn_input
+from vagent_graph.workflow.hitl import CANCEL_RESUME
 from vagent_shared import AcContext
 from vagent_shared.events import HitlRequest, SSEEvent, TextFinal
 

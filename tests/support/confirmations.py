@@ -1,5 +1,5 @@
 """Reading a confirmation question back the way a person reads it, to prove it shows every
-character the call will send (vagent_graph.confirmation's format).
+character the call will send (vagent_graph.tools.confirmation's format).
 
 `read_back(question)` parses the argument lines of a question into {path: what is shown};
 `expected(arguments)` says what each leaf argument must show. Written from the format's

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from vagent_graph.agent import load_descriptor
-from vagent_graph.llm import make_chat_model
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.models.llm import make_chat_model
 from vagent_graph.resources import Resources, open_resources
 from vagent_graph.tools.catalogue import default_registry
 from vagent_shared.settings import GraphSettings

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from vagent_graph import cli
-from vagent_graph.audit_reader import Filter, id_before, parse_when, stream_id
 from vagent_graph.cli import audit as audit_cli
 from vagent_graph.cli.audit import COLUMNS, Query, format_time, json_line, spans_days, table_header, table_row
 from vagent_graph.cli.output import cell
+from vagent_graph.observability.audit_reader import Filter, id_before, parse_when, stream_id
 from vagent_shared.audit import AuditEvent
 
 NOW = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)

@@ -13,12 +13,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from structlog.testing import capture_logs
 
-from vagent_graph.budgets import Budgets, PolicyError, parse_policy
 from vagent_graph.cli.usage import table_header, table_row
-from vagent_graph.erasure import their_notice_keys
-from vagent_graph.history import approx_tokens
-from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.usage import (
+from vagent_graph.models.offline_model import OfflineChatModel
+from vagent_graph.observability.budgets import Budgets, PolicyError, parse_policy
+from vagent_graph.observability.tokens import approx_tokens
+from vagent_graph.observability.usage import (
     OUTPUT_ALLOWANCE,
     Attempt,
     Charge,
@@ -41,6 +40,7 @@ from vagent_graph.usage import (
     their_fields,
     user_field,
 )
+from vagent_graph.state.erasure import their_notice_keys
 from vagent_shared import redis_keys
 from vagent_shared.budgets import BudgetPolicy
 

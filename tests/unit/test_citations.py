@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
-from vagent_graph.citations import artifact_for, turn_sources, with_sources
+from vagent_graph.knowledge.citations import artifact_for, turn_sources, with_sources
 from vagent_graph.knowledge.retrieval import Candidate, fuse, query_terms
 from vagent_graph.tools.documents import format_hits
 from vagent_shared.knowledge import SearchHit, SourceRef

@@ -12,9 +12,9 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk
 
-from vagent_graph.event_stream import AnswerStream, EventMapper
-from vagent_graph.outbox import Coalescer
-from vagent_graph.reasoning import REASONING_MARK, THINKING_STATUS
+from vagent_graph.models.reasoning import REASONING_MARK, THINKING_STATUS
+from vagent_graph.turn.events import EventMapper
+from vagent_graph.workflow.answer_stream import AnswerStream, Coalescer
 from vagent_shared.events import Progress, TextChunk
 
 

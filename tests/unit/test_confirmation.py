@@ -20,8 +20,12 @@ from pydantic import BaseModel, ValidationError
 
 from tests.support.confirmations import expected, read_back
 from vagent_bot.rendering import render_markdown
-from vagent_graph.approval import approval_for
-from vagent_graph.confirmation import (
+from vagent_graph.agents.mcp_config import McpServerConfig
+from vagent_graph.mcp.tools import build_tools
+from vagent_graph.tools import Prepared, Tool, ToolContext
+from vagent_graph.tools.base import plain_action
+from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.tools.confirmation import (
     MAX_HIDDEN_CHARS,
     Unconfirmable,
     arguments_digest,
@@ -30,11 +34,7 @@ from vagent_graph.confirmation import (
     refusal,
     render_question,
 )
-from vagent_graph.mcp.config import McpServerConfig
-from vagent_graph.mcp.tools import build_tools
-from vagent_graph.tools import Prepared, Tool, ToolContext
-from vagent_graph.tools.base import plain_action
-from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.workflow.approval import approval_for
 from vagent_shared.hitl import format_question
 
 #: Tags a question may render to: paragraphs, line breaks, code, and the notes in italics.

@@ -15,7 +15,7 @@ from vagent_graph.services.credentials import (
     cache_seconds,
     credential_auth,
 )
-from vagent_graph.tool_calls import credential_failure_text
+from vagent_graph.workflow.tool_calls import credential_failure_text
 from vagent_shared.credentials import CredentialResponse
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

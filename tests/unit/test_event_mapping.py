@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 from langgraph.types import Interrupt
 
-from vagent_graph.event_stream import EventMapper, error_event_for
+from vagent_graph.turn.events import EventMapper, error_event_for
 from vagent_shared.events import HitlRequest, Progress, TextChunk, TextFinal
 
 

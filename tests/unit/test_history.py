@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
-from vagent_graph.file_messages import FILES_KEY, KEPT_KEY, turn_files
-from vagent_graph.history import (
+from vagent_graph.attachments.messages import FILES_KEY, KEPT_KEY, turn_files
+from vagent_graph.observability.tokens import IMAGE_PART_TOKENS, approx_tokens
+from vagent_graph.workflow.history import (
     CANCELLED_TOOL_RESULT,
-    IMAGE_PART_TOKENS,
     UNSEEN_IMAGE,
-    approx_tokens,
     removals_to_bound,
     repair_tool_pairs,
     window_for_llm,

@@ -13,7 +13,7 @@ from langchain_openai import ChatOpenAI
 from openai._models import construct_type
 from openai.types.chat import ChatCompletionChunk
 
-from vagent_graph.lean_openai import _ChunkDict
+from vagent_graph.models.lean_openai import _ChunkDict
 
 BASE = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 CHUNKS: list[dict[str, Any]] = [

@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from vagent_dev import settings as dev_settings
-from vagent_graph.app import InsecureConfigError, check_security
+from vagent_graph.http.app import InsecureConfigError, check_security
 from vagent_shared.logs import REDACTED, configure_logging, secret_key
 from vagent_shared.settings import BotSettings, GraphSettings
 
@@ -75,7 +75,7 @@ def test_the_service_collects_garbage_less_often_and_never_scans_its_startup_obj
     import sys
 
     code = (
-        "import gc; from vagent_graph.app import GC_THRESHOLDS, tune_gc; "
+        "import gc; from vagent_graph.http.app import GC_THRESHOLDS, tune_gc; "
         "before = gc.get_freeze_count(); tune_gc(); "
         "print(before, gc.get_freeze_count(), gc.get_threshold() == GC_THRESHOLDS, GC_THRESHOLDS[0])"
     )

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vagent_graph.agent import load_descriptor
-from vagent_graph.mcp.config import McpConfigError, load_servers
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.agents.mcp_config import McpConfigError, load_servers
 
 FULL = {
     "name": "calendar",

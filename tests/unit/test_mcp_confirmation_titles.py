@@ -12,13 +12,13 @@ from mcp.types import Tool as McpTool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
-from vagent_graph.approval import approval_for
-from vagent_graph.confirmation import Unconfirmable, has_hidden
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.tools import MAX_TITLE_CHARS, build_tools, clean_title, tool_title
-from vagent_graph.tool_calls import progress_text
 from vagent_graph.tools import Prepared, Tool, ToolContext
 from vagent_graph.tools.base import plain_action, readable_name
+from vagent_graph.tools.confirmation import Unconfirmable, has_hidden
+from vagent_graph.workflow.approval import approval_for
+from vagent_graph.workflow.tool_calls import progress_text
 from vagent_shared.knowledge import Audience, AudienceMember
 
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}

@@ -23,12 +23,12 @@ from vagent_dev.acp import load_policy as load_acp_policy
 from vagent_dev.calendar import CalendarDB, RequestRecord, build_mcp, load_seed
 from vagent_dev.credential_registry import Outcome, lookup
 from vagent_dev.credential_registry import load_policy as load_credentials_policy
-from vagent_graph.access import visible_tools
-from vagent_graph.agent import DEFAULT_DESCRIPTOR, AgentDescriptor, load_descriptor
-from vagent_graph.mcp.config import McpConfigError, McpServerConfig
+from vagent_graph.agents.descriptor import DEFAULT_DESCRIPTOR, AgentDescriptor, load_descriptor
+from vagent_graph.agents.mcp_config import McpConfigError, McpServerConfig
 from vagent_graph.mcp.tools import build_tools
 from vagent_graph.tools import ToolContext, ToolRegistry
 from vagent_graph.tools.catalogue import builtin_tools
+from vagent_graph.workflow.access import visible_tools
 from vagent_shared.access import AcContext, mcp_server, tool
 from vagent_shared.credentials import CredentialRequest
 

@@ -20,14 +20,14 @@ from mcp.types import Tool as McpTool
 from pydantic import BaseModel
 
 from tests.support.mcp_server import PNG_1X1
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.client import Elicited, Guard, McpUnavailable
-from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.limits import McpLimits, TurnImages
 from vagent_graph.mcp.pool import SESSION_TERMINATED, call_failure
 from vagent_graph.mcp.results import failure_text, read
 from vagent_graph.mcp.tools import build_tools
-from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import ToolContext
+from vagent_graph.workflow.tool_images import shown_images
 
 LIMITS = McpLimits()
 

@@ -14,13 +14,13 @@ from mcp.types import Tool as McpTool
 from pydantic import BaseModel, ValidationError
 
 from tests.support.factories import ac
-from vagent_graph.access import check_invocation, visible_tools
-from vagent_graph.agent import AgentDescriptor
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.descriptor import AgentDescriptor
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.results import result_images, result_text
 from vagent_graph.mcp.tools import MAX_DESCRIPTION_CHARS, build_tools, exposed_name
 from vagent_graph.tools import ToolContext, ToolRegistry
 from vagent_graph.tools.catalogue import builtin_tools
+from vagent_graph.workflow.access import check_invocation, visible_tools
 
 SCHEMA = {
     "type": "object",

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
 from tests.support.factories import ac
-from vagent_graph.access import check_invocation, visible_tools
-from vagent_graph.agent import load_descriptor
+from vagent_graph.agents.descriptor import load_descriptor
 from vagent_graph.memory.commands import listing
 from vagent_graph.memory.recall import (
     SECTION_HEADER,
@@ -19,8 +18,9 @@ from vagent_graph.memory.recall import (
     with_memories,
     with_remembered,
 )
-from vagent_graph.offline_model import plan_reply
+from vagent_graph.models.offline_model import plan_reply
 from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.workflow.access import check_invocation, visible_tools
 from vagent_shared.memory import REMEMBERED, Memory, MemoryPolicy, remembered_text
 
 ROOM = "!room:x"

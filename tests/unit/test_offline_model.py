@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from vagent_graph.offline_model import (
+from vagent_graph.models.offline_model import (
     CALENDAR_CREATE,
     CALENDAR_LIST,
     OfflineChatModel,
@@ -132,8 +132,8 @@ def test_ticket_requests_become_ticket_calls() -> None:
 
 def test_files_are_answered_from_what_the_model_was_given() -> None:
     from vagent_graph.attachments import ReadFile, turn_content
-    from vagent_graph.file_messages import FILES_KEY
-    from vagent_graph.intake import file_facts
+    from vagent_graph.attachments.messages import FILES_KEY
+    from vagent_graph.turn.intake import file_facts
 
     pdf = ReadFile(
         "report.pdf",
@@ -349,8 +349,8 @@ def test_a_quoted_list_item_has_one_bullet() -> None:
 
 async def test_the_outlook_question_quotes_the_outlook_of_the_sample_pdf() -> None:
     from vagent_graph.attachments import ReadLimits, read_attachment, turn_content
-    from vagent_graph.file_messages import FILES_KEY
-    from vagent_graph.intake import file_facts
+    from vagent_graph.attachments.messages import FILES_KEY
+    from vagent_graph.turn.intake import file_facts
 
     sample = ROOT / "deploy" / "dev" / "samples" / "report.pdf"
     limits = ReadLimits(max_bytes=10_000_000, timeout=60, memory_mb=1024, image_max_side=1024)

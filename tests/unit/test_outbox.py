@@ -1,4 +1,4 @@
-"""When a stream's next write goes out (vagent_graph.outbox): the first text and everything a
+"""When a stream's next write goes out (vagent_graph.turn.outbox): the first text and everything a
 user waits for at once, later text chunks together."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from vagent_graph.outbox import Outbox, may_wait, write_now
+from vagent_graph.turn.outbox import Outbox, may_wait, write_now
 from vagent_shared.events import ErrorEvent, HitlRequest, Progress, TextChunk, TextFinal
 
 END = object()  # what the runner puts last

@@ -8,14 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, AIMessageChunk
 
-from vagent_graph.event_stream import EventMapper
-from vagent_graph.reasoning import (
+from vagent_graph.models.reasoning import (
     REASONING_MARK,
     THINKING_STATUS,
     ThinkFilter,
     strip_reasoning,
     without_reasoning,
 )
+from vagent_graph.turn.events import EventMapper
 from vagent_shared.events import Progress, TextChunk
 
 ANSWER = "The answer is 42. A <b>bold</b> claim < 43."

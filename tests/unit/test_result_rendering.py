@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vagent_graph.result_rendering import (
+from vagent_graph.models.result_rendering import (
     Period,
     created_event,
     period_in,

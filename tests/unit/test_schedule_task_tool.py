@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from tests.support.factories import ac
-from vagent_graph.access import check_invocation, visible_tools
-from vagent_graph.agent import load_descriptor
-from vagent_graph.approval import approval_for
-from vagent_graph.offline_model import plan_reply
+from vagent_graph.agents.descriptor import load_descriptor
+from vagent_graph.models.offline_model import plan_reply
 from vagent_graph.tools.base import Prepared
 from vagent_graph.tools.catalogue import default_registry
 from vagent_graph.tools.schedule import ScheduleTaskArgs, headline, parse_call
+from vagent_graph.workflow.access import check_invocation, visible_tools
+from vagent_graph.workflow.approval import approval_for
 from vagent_shared.schedule_times import ParsedSchedule, ScheduleRefusal
 
 NOW = datetime(2026, 11, 18, 10, 0, tzinfo=UTC)  # a Wednesday

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from tests.support.factories import ac
-from vagent_graph.citations import artifact_for, turn_sources
-from vagent_graph.scope import (
+from vagent_graph.knowledge.citations import artifact_for, turn_sources
+from vagent_graph.tools.scope import (
     WITHHELD,
     DocRef,
     EntityRef,

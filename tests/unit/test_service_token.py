@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vagent_graph.middleware import token_matches
+from vagent_graph.http.middleware import token_matches
 
 TOKEN = b"s3cret-token"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from vagent_graph.event_stream import error_event_for
-from vagent_graph.stall_guard import ModelStalled, StallGuard, on_attempt
+from vagent_graph.models.stall_guard import ModelStalled, StallGuard, on_attempt
+from vagent_graph.turn.events import error_event_for
 
 pytestmark = pytest.mark.timeout(30)
 

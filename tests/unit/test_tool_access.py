@@ -4,9 +4,9 @@ at invocation."""
 from __future__ import annotations
 
 from tests.support.factories import ac
-from vagent_graph.access import check_invocation, visible_tools
-from vagent_graph.agent import load_descriptor
+from vagent_graph.agents.descriptor import load_descriptor
 from vagent_graph.tools.catalogue import default_registry
+from vagent_graph.workflow.access import check_invocation, visible_tools
 
 REG = default_registry()
 AGENT = load_descriptor()

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from vagent_graph.observability.trace_arguments import MAX_TRACE_ARGUMENTS_CHARS, trace_arguments
 from vagent_graph.tools.catalogue import default_registry
-from vagent_graph.trace_arguments import MAX_TRACE_ARGUMENTS_CHARS, trace_arguments
 
 #: An MCP server's tool: `title` and `notes` are no "content" names, but they are words.
 MCP_SCHEMA = {

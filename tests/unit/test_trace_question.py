@@ -8,7 +8,7 @@ import pytest
 from tests.support.factories import ac
 from vagent_graph.cli.output import header
 from vagent_graph.cli.trace import COLUMNS, describe, table_row
-from vagent_graph.turns import TurnRecorder, new_trace
+from vagent_graph.observability.recorder import TurnRecorder, new_trace
 from vagent_shared.traces import QUESTION_CHARS, TurnTrace, question_line
 
 ALICE = "@alice:localhost"

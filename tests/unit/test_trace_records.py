@@ -12,13 +12,13 @@ from pydantic import BaseModel
 from tests.support.factories import ac
 from vagent_graph.cli.output import header
 from vagent_graph.cli.trace import COLUMNS, describe, table_row
-from vagent_graph.erasure import their_trace_pointers
-from vagent_graph.scope import DocRef, ResultScope
-from vagent_graph.tool_calls import answered_after, room_may_see
+from vagent_graph.observability.recorder import TurnRecorder, new_trace, turn_outcome
+from vagent_graph.observability.trace_store import TraceFilter, is_turn_id
+from vagent_graph.state.erasure import their_trace_pointers
 from vagent_graph.tools import Tool
 from vagent_graph.tools.base import ToolContext
-from vagent_graph.trace_store import TraceFilter, is_turn_id
-from vagent_graph.turns import TurnRecorder, new_trace, turn_outcome
+from vagent_graph.tools.scope import DocRef, ResultScope
+from vagent_graph.workflow.tool_calls import answered_after, room_may_see
 from vagent_shared.events import ErrorEvent, HitlRequest, TextFinal
 from vagent_shared.knowledge import Audience, AudienceMember
 from vagent_shared.traces import LlmCallTrace, SourceTrace, ToolCallTrace, TurnTrace

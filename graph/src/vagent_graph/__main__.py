@@ -7,8 +7,8 @@ import sys
 import uvicorn
 from fastapi import FastAPI
 
-from vagent_graph.app import InsecureConfigError, create_app
 from vagent_graph.attachments.sandbox import harden_parent
+from vagent_graph.http.app import InsecureConfigError, create_app
 from vagent_graph.knowledge.parsing import quiet_parsers
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import GraphSettings

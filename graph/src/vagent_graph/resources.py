@@ -14,12 +14,8 @@ from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from langgraph.graph.state import CompiledStateGraph
 from redis.asyncio import Redis
 
-from vagent_graph import metrics
-from vagent_graph.agent import AgentDescriptor
+from vagent_graph.agents.descriptor import AgentDescriptor
 from vagent_graph.attachments import ReadLimits
-from vagent_graph.budgets import Budgets
-from vagent_graph.checkpointer import open_checkpointer
-from vagent_graph.intake import FileReading
 from vagent_graph.knowledge import entity_redis
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.embeddings import Embedder, make_embedder
@@ -28,15 +24,19 @@ from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.memory.memories import Memories
 from vagent_graph.memory.store import MemoryStore
-from vagent_graph.outbox import Pacing
+from vagent_graph.observability import metrics
+from vagent_graph.observability.budgets import Budgets
+from vagent_graph.observability.usage import Usage
 from vagent_graph.services import Services
 from vagent_graph.services.credentials import CredentialRegistry
 from vagent_graph.services.records import RecordsDb, ensure_records_db
 from vagent_graph.services.tickets import TicketService
+from vagent_graph.state.checkpointer import open_checkpointer
 from vagent_graph.tools import ToolRegistry
 from vagent_graph.tools.schedule import Scheduling
-from vagent_graph.usage import Usage
-from vagent_graph.workflow import Deps, build_graph
+from vagent_graph.turn.intake import FileReading
+from vagent_graph.turn.outbox import Pacing
+from vagent_graph.workflow.graph import Deps, build_graph
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.memory import MemoryPolicy

@@ -167,7 +167,7 @@ def trace_user(user_id: str) -> str:
 def usage_day(day: str) -> str:
     """One UTC day's token counters (a hash; `day` is YYYY-MM-DD). Fields: `u|{user}|in`,
     `u|{user}|out`, `t|{tenant}|in`, `t|{tenant}|out`, `t|{tenant}|calls`, and per row
-    `r|{tenant}|{user}|in`, `...|out`, `...|calls` (vagent_graph.usage builds and parses
+    `r|{tenant}|{user}|in`, `...|out`, `...|calls` (vagent_graph.observability.usage builds and parses
     them). '|' cannot occur in a Matrix user id, so fields are parsed from the right."""
     return f"usage:{day}"
 

@@ -75,7 +75,7 @@ class ToolCallTrace(BaseModel):
     source: str = "builtin"
     #: The access decision at invocation (`allowed` / `denied`).
     decision: Literal["allowed", "denied"] = "allowed"
-    #: Scrubbed (vagent_graph.trace_arguments): the audit trail's rule, and no free text
+    #: Scrubbed (vagent_graph.observability.trace_arguments): the audit trail's rule, and no free text
     #: (any string the tool's schema does not make a choice or a date) unless
     #: OTEL_CAPTURE_CONTENT; capped.
     arguments: dict[str, Any] = Field(default_factory=dict)

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vagent_graph.attachments.content import describe, shown_texts, turn_content
-    from vagent_graph.attachments.reading import ReadFile, ReadLimits, Refused, read_attachment
+    from vagent_graph.attachments.files import ReadFile
+    from vagent_graph.attachments.reading import ReadLimits, Refused, read_attachment
 
 __all__ = ["ReadFile", "ReadLimits", "Refused", "describe", "read_attachment", "shown_texts", "turn_content"]
 
 _MODULES = {
-    "ReadFile": "reading",
+    "ReadFile": "files",
     "ReadLimits": "reading",
     "Refused": "reading",
     "read_attachment": "reading",

@@ -15,15 +15,11 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from vagent_graph.attachments.files import CHARS_PER_TOKEN, ReadFile
 from vagent_shared.attachments import clean_name
 
-if TYPE_CHECKING:
-    from vagent_graph.attachments.reading import ReadFile
-
-#: Characters a token, the estimate history.approx_tokens uses for the whole conversation.
-CHARS_PER_TOKEN: Final = 4
 _LABELS: Final = {
     "application/pdf": "PDF",
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "Word document",

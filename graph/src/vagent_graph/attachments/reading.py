@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import structlog
 
-from vagent_graph.attachments.content import CHARS_PER_TOKEN
+from vagent_graph.attachments.files import CHARS_PER_TOKEN, ReadFile
 from vagent_graph.attachments.sandbox import harden_parent
 from vagent_graph.attachments.worker import TOO_MUCH_MEMORY
 from vagent_shared.attachments import clean_name, kind_of, sniff_mime
@@ -95,28 +95,6 @@ class ReadLimits:
             image_max_side=s.IMAGE_MAX_SIDE,
             max_chars=s.ATTACHMENT_MAX_TOKENS * CHARS_PER_TOKEN,
         )
-
-
-@dataclass(frozen=True)
-class ReadFile:
-    """A file as the model gets it. `mime` is the type its bytes have (never the sender's word)."""
-
-    name: str
-    mime: str
-    kind: Literal["document", "image"]
-    size: int  # the original file's bytes
-    text: str = ""  # a document's text, as much as the model may be shown (content.py cuts it)
-    pages: int | None = None  # a PDF's pages
-    #: A PDF's pages read: fewer than `pages` when the text budget was reached first.
-    pages_read: int | None = None
-    #: The whole text's length, when known (a PDF read only in part: None).
-    chars: int | None = None
-    image: bytes = b""  # an image scaled down: longer side <= image_max_side; PNG stays PNG, else JPEG
-    image_mime: str = ""
-    width: int = 0  # the original image's size, as the user sees it
-    height: int = 0
-    #: Peak resident memory of the process that read it (bytes; benchmarks and logs).
-    worker_peak_rss: int = 0
 
 
 class Refused(Exception):

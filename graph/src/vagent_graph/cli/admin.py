@@ -4,7 +4,7 @@
     vagent admin genkey
 
 `forget` erases what vagent keeps in Redis about one person (a GDPR erasure request; what goes
-and what stays: vagent_graph.erasure). Revoke their access first (the AccessControlProvider):
+and what stays: vagent_graph.state.erasure). Revoke their access first (the AccessControlProvider):
 forget does not stop a run in progress, and a run that ends afterwards writes its checkpoint
 again. Forget then says so; run it again. Exit codes: 0 done, 1 Redis failed midway (part may
 be erased: run it again), 2 bad usage or Redis unreachable.
@@ -22,10 +22,10 @@ from cryptography.fernet import Fernet
 from redis import Redis
 from redis.exceptions import RedisError
 
-from vagent_graph import erasure
 from vagent_graph.cli.common import connect, load_settings
 from vagent_graph.cli.output import complain, plural, printable, say, skipped, unreachable
-from vagent_graph.erasure import KINDS, Plan, key_name
+from vagent_graph.state import erasure
+from vagent_graph.state.erasure import KINDS, Plan, key_name
 from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.settings import CommonSettings
 

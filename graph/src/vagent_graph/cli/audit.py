@@ -11,7 +11,7 @@ writes every matching event as JSON lines, oldest first, for a SIEM. A JSON line
 `AuditEvent.model_dump_json()`.
 
 --since/--until take a duration back from now (90s, 30m, 1h, 2d, 1w) or an ISO-8601 time
-(no zone: UTC). Only that part of the stream is read (vagent_graph.audit_reader says how).
+(no zone: UTC). Only that part of the stream is read (vagent_graph.observability.audit_reader says how).
 Times are shown in UTC.
 
 Reads REDIS_URL and AUDIT_STREAM. Entries that are not audit events are skipped and counted
@@ -33,9 +33,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from vagent_graph.audit_reader import Filter, StreamReader, id_before, parse_when, stream_id
 from vagent_graph.cli.common import connect, load_settings
 from vagent_graph.cli.output import cell, complain, skipped, unreachable
+from vagent_graph.observability.audit_reader import Filter, StreamReader, id_before, parse_when, stream_id
 from vagent_shared.audit import AuditEvent, AuditEventType, Decision
 from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.settings import CommonSettings

@@ -16,8 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from vagent_graph.audit_reader import FOLLOW_BLOCK_MS
 from vagent_graph.cli.output import complain, printable, unreachable
+from vagent_graph.observability.audit_reader import FOLLOW_BLOCK_MS
 from vagent_shared import redis_connect
 from vagent_shared.redis_connect import RedisUrlError
 from vagent_shared.settings import CommonSettings

@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 
 from vagent_graph.cli.common import load_settings, on_redis
 from vagent_graph.cli.output import cell, complain, header, plural, printable, say
-from vagent_graph.erasure import valid_user_id
+from vagent_graph.state.erasure import valid_user_id
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import stream_bounds
 from vagent_shared.memory import Memory

@@ -29,11 +29,11 @@ from typing import Annotated, TypeVar, get_args
 import typer
 from redis.asyncio import Redis
 
-from vagent_graph.audit_reader import parse_when
 from vagent_graph.cli.common import load_settings, on_redis
 from vagent_graph.cli.output import cell, complain, header, printable, say
-from vagent_graph.erasure import valid_user_id
-from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
+from vagent_graph.observability.audit_reader import parse_when
+from vagent_graph.observability.trace_store import MAX_LIMIT, TraceFilter, TraceStore
+from vagent_graph.state.erasure import valid_user_id
 from vagent_shared.readers import ResultScope
 from vagent_shared.settings import CommonSettings
 from vagent_shared.traces import ToolCallTrace, TurnOutcome, TurnTrace

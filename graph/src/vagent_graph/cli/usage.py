@@ -24,7 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from vagent_graph.cli.common import connect, load_settings
 from vagent_graph.cli.output import cell, complain, say, unreachable
-from vagent_graph.usage import day_rows, days_from, parse_since
+from vagent_graph.observability.usage import day_rows, days_from, parse_since
 from vagent_shared import redis_keys
 from vagent_shared.budgets import UsageRow, usage_day
 from vagent_shared.redis_connect import RedisUrlError

@@ -28,9 +28,9 @@ from redisvl.query import TextQuery, VectorQuery
 from redisvl.query.filter import FilterExpression
 from redisvl.utils.stopwords import get_stopwords
 
-from vagent_graph import metrics
 from vagent_graph.knowledge.doc_filter import CATEGORY, DOC_ID, DOMAIN, TAGS
 from vagent_graph.knowledge.doc_index import EMBEDDING, POSITION, SECTION, TEXT, TEXT_WEIGHTS, TITLE
+from vagent_graph.observability import metrics
 from vagent_shared.knowledge import TAG_SEPARATOR, SearchHit
 
 log = structlog.get_logger(__name__)

@@ -47,7 +47,7 @@ from mcp.types import Tool as McpTool
 from opentelemetry import context as otel_context
 from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
 
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.limits import McpLimits
 
 #: Requests made for no turn (a session's notification stream, its closing, a tool list):

@@ -41,8 +41,8 @@ from mcp.shared.exceptions import McpError
 from mcp.types import CONNECTION_CLOSED, CallToolResult
 from opentelemetry import context as otel_context
 
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.client import Declined, Elicited, Guard, McpUnavailable, never_sent, reason_of, session
-from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.limits import McpLimits
 
 MAX_SESSIONS = 512

@@ -28,19 +28,19 @@ import httpx
 import structlog
 from pydantic import BaseModel
 
-from vagent_graph import metrics
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp import client
 from vagent_graph.mcp.client import McpUnavailable
-from vagent_graph.mcp.config import McpServerConfig
 from vagent_graph.mcp.limits import McpLimits, TurnImages
 from vagent_graph.mcp.pool import SessionPool, credential_digest
 from vagent_graph.mcp.results import failure_text, read
 from vagent_graph.mcp.tools import Skipped, build_tools
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import current_turn
+from vagent_graph.observability.spans import mcp_span
 from vagent_graph.services.credentials import HeaderAuth, credential_auth
-from vagent_graph.telemetry_spans import mcp_span
 from vagent_graph.tools.base import RunFn, ToolContext, ToolResult
 from vagent_graph.tools.registry import ToolRegistry
-from vagent_graph.turns import current_turn
 from vagent_shared.wire import McpServerStatus
 
 log = structlog.get_logger(__name__)

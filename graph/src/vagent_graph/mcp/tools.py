@@ -38,9 +38,9 @@ from jsonschema.exceptions import SchemaError
 from mcp.types import Tool as McpTool
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from vagent_graph.confirmation import visible
-from vagent_graph.mcp.config import McpServerConfig
+from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.tools.base import LabelFn, RunFn, Tool, readable_name
+from vagent_graph.tools.confirmation import visible
 from vagent_shared.access import mcp_server
 
 log = structlog.get_logger(__name__)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from vagent_graph import metrics
 from vagent_graph.memory.rules import hearers, is_candidate, readers_now, recallable, refusal, withheld_reason
 from vagent_graph.memory.store import MemoryStore
+from vagent_graph.observability import metrics
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
 from vagent_shared.access import AcContext

@@ -25,7 +25,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from pydantic import ValidationError
 from redis.asyncio import Redis
 
-from vagent_graph.telemetry_spans import cache_hit, credential_span
+from vagent_graph.observability.spans import cache_hit, credential_span
 from vagent_shared import redis_keys
 from vagent_shared.credentials import CREDENTIALS_GET_PATH, CredentialRequest, CredentialResponse
 from vagent_shared.settings import GraphSettings

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from vagent_graph.scope import ResultScope
 from vagent_graph.services import Services
+from vagent_graph.tools.scope import ResultScope
 from vagent_shared.access import AcContext
 from vagent_shared.credentials import CredentialResponse
 from vagent_shared.knowledge import Audience, SourceRef

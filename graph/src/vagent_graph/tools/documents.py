@@ -13,16 +13,16 @@ import time
 import structlog
 from pydantic import BaseModel, Field
 
-from vagent_graph import metrics
-from vagent_graph.citations import number_of
+from vagent_graph.knowledge.citations import number_of
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore
 from vagent_graph.knowledge.readers import DOCUMENT_KINDS, readers_for
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import current_turn
+from vagent_graph.observability.spans import results, retrieval_span
 from vagent_graph.services import ServiceUnavailable
 from vagent_graph.services.audit import audit
-from vagent_graph.telemetry_spans import results, retrieval_span
 from vagent_graph.tools.base import Tool, ToolContext, ToolResult
-from vagent_graph.turns import current_turn
 from vagent_shared.knowledge import SearchHit, SourceRef
 from vagent_shared.readers import DocRef, Readership, ResultScope
 from vagent_shared.traces import SourceTrace

@@ -15,14 +15,14 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, Field
 
-from vagent_graph import metrics
 from vagent_graph.knowledge.entities import Entity, EntityLookup
 from vagent_graph.knowledge.entity_store import EntityStore
 from vagent_graph.knowledge.readers import ENTITY_KINDS, readers_for
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import current_turn
 from vagent_graph.services import ServiceUnavailable
 from vagent_graph.services.audit import audit
 from vagent_graph.tools.base import Tool, ToolContext, ToolResult
-from vagent_graph.turns import current_turn
 from vagent_shared.readers import EntityRef, Readership, ResultScope
 from vagent_shared.traces import SourceTrace
 

@@ -65,7 +65,7 @@ from openai import AsyncOpenAI, AsyncStream, NotGiven, Omit, RequestOptions
 from openai.resources.chat.completions import AsyncCompletions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from vagent_graph.usage import on_chunk
+from vagent_graph.observability.usage import on_chunk
 
 __all__ = ["PlainChatCompletions"]
 

@@ -22,7 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
-from vagent_graph.turns import turn_of
+from vagent_graph.observability.recorder import turn_of
 from vagent_shared.telemetry import capture_content, failed, guarded_span, span_json, span_text
 
 tracer = trace.get_tracer("vagent.graph")

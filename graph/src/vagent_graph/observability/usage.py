@@ -50,9 +50,9 @@ import structlog
 from langchain_core.messages import AIMessage, BaseMessage
 from redis.asyncio import Redis
 
-from vagent_graph import metrics
-from vagent_graph.budgets import Budgets
-from vagent_graph.history import CHARS_PER_TOKEN, approx_tokens
+from vagent_graph.observability import metrics
+from vagent_graph.observability.budgets import Budgets
+from vagent_graph.observability.tokens import CHARS_PER_TOKEN, approx_tokens
 from vagent_shared import redis_keys
 from vagent_shared.budgets import NOTICE_SHARE, UsageRow, usage_day
 

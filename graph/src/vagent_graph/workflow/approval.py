@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vagent_graph.confirmation import (
+from vagent_graph.tools import Prepared, Tool
+from vagent_graph.tools.confirmation import (
     Unconfirmable,
     arguments_digest,
     as_question,
@@ -25,7 +26,6 @@ from vagent_graph.confirmation import (
     render_question,
     shown_action,
 )
-from vagent_graph.tools import Prepared, Tool
 from vagent_shared.knowledge import Audience
 
 Approval = dict[str, Any]

@@ -75,9 +75,9 @@ from typing import Any, cast
 
 from redis import Redis
 
-from vagent_graph.audit_reader import Entry, StreamReader
-from vagent_graph.trace_store import turn_ids
-from vagent_graph.usage import their_fields
+from vagent_graph.observability.audit_reader import Entry, StreamReader
+from vagent_graph.observability.trace_store import turn_ids
+from vagent_graph.observability.usage import their_fields
 from vagent_shared import redis_keys
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import stream_bounds

@@ -19,11 +19,11 @@ from typing import Any
 import structlog
 from langchain_core.messages import AIMessage, HumanMessage
 
-from vagent_graph import metrics
 from vagent_graph.attachments import ReadFile, ReadLimits, Refused, describe, read_attachment, turn_content
-from vagent_graph.event_stream import Reply
-from vagent_graph.file_messages import FILES_KEY, KEPT_KEY
-from vagent_graph.turns import TurnRecorder
+from vagent_graph.attachments.messages import FILES_KEY, KEPT_KEY
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import TurnRecorder
+from vagent_graph.turn.events import Reply
 from vagent_shared.attachments import Attachment
 from vagent_shared.events import Progress, SSEEvent
 from vagent_shared.traces import SourceTrace

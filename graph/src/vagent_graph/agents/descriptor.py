@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from vagent_graph.mcp.config import McpServerConfig, load_servers
+from vagent_graph.agents.mcp_config import McpServerConfig, load_servers
 from vagent_shared.memory import MemoryPolicy
 
 DEFAULT_DESCRIPTOR = "vagent.yaml"

@@ -37,11 +37,11 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from vagent_graph.attachments import shown_texts
-from vagent_graph.event_stream import text_of
-from vagent_graph.file_messages import files_of, turn_file_messages
+from vagent_graph.attachments.messages import files_of, turn_file_messages
 from vagent_graph.knowledge.retrieval import query_terms
 from vagent_graph.memory.recall import SECTION_HEADER
-from vagent_graph.result_rendering import period_in, render_result
+from vagent_graph.models.result_rendering import period_in, render_result
+from vagent_graph.models.text import text_of
 from vagent_shared.memory import MEMORY_MAX_CHARS, REMEMBER_TOOL, REMEMBERED
 from vagent_shared.schedules import SCHEDULE_TOOL, TASK_MAX_CHARS
 

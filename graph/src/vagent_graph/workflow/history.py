@@ -9,51 +9,19 @@ left by a cancelled run - are answered as cancelled in what the LLM sees.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from langchain_core.messages import (
     AIMessage,
     AnyMessage,
-    BaseMessage,
     HumanMessage,
     RemoveMessage,
     ToolMessage,
 )
 
-from vagent_graph.file_messages import kept_before
+from vagent_graph.attachments.messages import kept_before
+from vagent_graph.observability.tokens import approx_tokens, image_parts
 
 CANCELLED_TOOL_RESULT = "Cancelled: this tool call was not completed (no answer in time)."
-
-
-#: ~Characters a token: the estimate of every budget here (the history window, a call's hold
-#: and what a stopped answer is charged, usage.py).
-CHARS_PER_TOKEN = 4
-
-#: What an image part costs in a budget (providers charge ~85-1600 tokens an image by its
-#: size; its base64, counted as text, would be ~100x that and push the history out).
-IMAGE_PART_TOKENS = 1000
-
-
-def approx_tokens(messages: Sequence[BaseMessage]) -> int:
-    """~4 characters a token, an image part IMAGE_PART_TOKENS; good enough for a budget, and free."""
-    total = 0
-    for m in messages:
-        total += 4 + _content_chars(m.content) // CHARS_PER_TOKEN + IMAGE_PART_TOKENS * _images(m.content)
-        if isinstance(m, AIMessage):
-            total += sum(len(str(tc.get("args", ""))) // CHARS_PER_TOKEN + 8 for tc in m.tool_calls)
-    return total
-
-
-def _content_chars(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content)
-    return sum(len(p) if isinstance(p, str) else len(str(p.get("text", ""))) for p in content)
-
-
-def _images(content: Any) -> int:
-    if isinstance(content, str):
-        return 0
-    return sum(1 for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "image"))
 
 
 #: What a model without vision reads instead of an image an earlier turn sent (LLM_VISION
@@ -65,7 +33,7 @@ def without_images(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
     """The history with every image part replaced by UNSEEN_IMAGE (same message ids)."""
     out: list[AnyMessage] = []
     for m in messages:
-        if isinstance(m.content, str) or not _images(m.content):
+        if isinstance(m.content, str) or not image_parts(m.content):
             out.append(m)
             continue
         parts = [

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from langchain_core.language_models import BaseChatModel
 
-from vagent_graph.agent import AgentDescriptor
-from vagent_graph.offline_model import OfflineChatModel
-from vagent_graph.stall_guard import on_attempt
-from vagent_graph.usage import on_request, on_response
+from vagent_graph.agents.descriptor import AgentDescriptor
+from vagent_graph.models.offline_model import OfflineChatModel
+from vagent_graph.models.stall_guard import on_attempt
+from vagent_graph.observability.usage import on_request, on_response
 from vagent_shared.settings import GraphSettings
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
     llama.cpp, LM Studio...), otherwise the deterministic offline model."""
     if not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
         return OfflineChatModel()
-    from vagent_graph.lean_openai import PlainChatCompletions
-    from vagent_graph.reasoning import ThinkingChatOpenAI
+    from vagent_graph.models.lean_openai import PlainChatCompletions
+    from vagent_graph.models.reasoning import ThinkingChatOpenAI
 
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
     chat = ThinkingChatOpenAI(  # ChatOpenAI, noting reasoning deltas (reasoning.py)

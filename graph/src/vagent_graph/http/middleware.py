@@ -11,7 +11,7 @@ import structlog
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from vagent_graph import metrics
+from vagent_graph.observability import metrics
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.http_errors import api_error
 from vagent_shared.wire import ErrorResponse

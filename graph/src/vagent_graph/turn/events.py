@@ -14,26 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from uuid import UUID
 
 import anyio
 import structlog
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
-from langchain_core.outputs import ChatGenerationChunk, GenerationChunk
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command, Durability, Interrupt, StreamMode, StreamWriter
+from langgraph.types import Command, Durability, Interrupt, StreamMode
 
-from vagent_graph import metrics
-from vagent_graph.outbox import Coalescer, Outbox, Pacing
-from vagent_graph.reasoning import REASONING_MARK, THINKING_STATUS, ThinkFilter
-from vagent_graph.telemetry_spans import traced_run
-from vagent_graph.turns import TurnRecorder, turn_of
+from vagent_graph.models.reasoning import REASONING_MARK, THINKING_STATUS, ThinkFilter
+from vagent_graph.models.text import text_of
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import TurnRecorder, turn_of
+from vagent_graph.observability.spans import traced_run
+from vagent_graph.turn.outbox import Outbox, Pacing
 from vagent_shared.events import (
     ErrorEvent,
     HitlAction,
@@ -62,76 +59,6 @@ def durability_for(graph_input: Any) -> Durability:
     the user was told the run failed.
     """
     return "async" if isinstance(graph_input, Command) else "exit"
-
-
-def text_of(message: BaseMessage) -> str:
-    """The text a message carries: its str content, or the text of its content parts."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-
-
-class AnswerStream(BaseCallbackHandler):
-    """One model call's streamed chunks -> `custom` stream items, coalesced (outbox.Coalescer):
-    `{"type": "text", "content"}` (visible text: the first at once, then one per window) and
-    `{"type": "thinking"}` (the model reasons before any visible text; once).
-
-    A callback handler on the call (inline: no task, no thread per chunk) so the call stays
-    `ainvoke` and LangChain builds the AIMessage for the checkpoint once, at its end. The
-    caller must `close()` it however the call ends: what is held is sent then.
-    `last_chunk`: when the last chunk came (time.monotonic), for the call's StallGuard."""
-
-    run_inline = True
-
-    def __init__(self, write: StreamWriter, window: float, turn: TurnRecorder | None = None) -> None:
-        self.last_chunk = time.monotonic()
-        self._write = write
-        self._coalescer = Coalescer(window)
-        self._turn = turn
-        self._first = True
-        self._thinking_sent = False
-        self._last: object = None
-
-    def on_llm_new_token(
-        self,
-        token: str | list[str | dict[str, Any]],
-        *,
-        chunk: GenerationChunk | ChatGenerationChunk | None = None,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """A streamed chunk (its message: text, tool call pieces, a reasoning mark)."""
-        if not isinstance(chunk, ChatGenerationChunk) or chunk is self._last:
-            return  # the same chunk told twice (a model that reports its own tokens too)
-        self._last = chunk
-        self.last_chunk = now = time.monotonic()  # all the stall guard needs per chunk
-        message = chunk.message
-        if self._first:
-            self._first = False
-            if self._turn is not None:  # the call's time to first token (traces)
-                self._turn.chunk_seen(message.id)
-        if isinstance(message, AIMessageChunk) and message.tool_call_chunks:
-            self._send(self._coalescer.flush(now))  # the text before the tool call, now
-        content = message.content
-        text = content if isinstance(content, str) else text_of(message)
-        if text:
-            self._send(self._coalescer.feed(text, now))
-        coalescer = self._coalescer
-        if not coalescer.shown and not self._thinking_sent:
-            if coalescer.thinking or message.additional_kwargs.get(REASONING_MARK):
-                self._thinking_sent = True
-                self._write({"type": "thinking"})
-
-    def close(self) -> None:
-        """The call ended (answered, failed or cancelled): send what is held."""
-        self._send(self._coalescer.flush(time.monotonic(), last=True))
-
-    def _send(self, text: str) -> None:
-        if text:
-            self._write({"type": "text", "content": text})
 
 
 _END = object()

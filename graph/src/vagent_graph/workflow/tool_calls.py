@@ -27,20 +27,15 @@ from langgraph.config import get_stream_writer
 from langgraph.errors import GraphInterrupt
 from pydantic import ValidationError
 
-from vagent_graph import metrics
-from vagent_graph.access import check_invocation
-from vagent_graph.agent import AgentDescriptor
-from vagent_graph.approval import Approval, approval_for, in_group, matches, readers_changed
-from vagent_graph.citations import artifact_for
-from vagent_graph.confirmation import Unconfirmable, shown_action
-from vagent_graph.history import CANCELLED_TOOL_RESULT
-from vagent_graph.hitl import ask_human
-from vagent_graph.scope import Readership, ResultScope, traced_scope
+from vagent_graph.agents.descriptor import AgentDescriptor
+from vagent_graph.knowledge.citations import artifact_for
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import TurnRecorder, current_turn
+from vagent_graph.observability.spans import confirmation_waited, tool_decision, wait_outcome
+from vagent_graph.observability.trace_arguments import trace_arguments
 from vagent_graph.services import Services
 from vagent_graph.services.audit import audit
 from vagent_graph.services.credentials import CredentialError, CredentialMissing, CredentialRegistry
-from vagent_graph.telemetry_spans import confirmation_waited, tool_decision, wait_outcome
-from vagent_graph.tool_images import shown_images
 from vagent_graph.tools import (
     Changed,
     NothingToDo,
@@ -53,8 +48,13 @@ from vagent_graph.tools import (
     ToolResult,
 )
 from vagent_graph.tools.base import plain_action, readable_name
-from vagent_graph.trace_arguments import trace_arguments
-from vagent_graph.turns import TurnRecorder, current_turn
+from vagent_graph.tools.confirmation import Unconfirmable, shown_action
+from vagent_graph.tools.scope import Readership, ResultScope, traced_scope
+from vagent_graph.workflow.access import check_invocation
+from vagent_graph.workflow.approval import Approval, approval_for, in_group, matches, readers_changed
+from vagent_graph.workflow.history import CANCELLED_TOOL_RESULT
+from vagent_graph.workflow.hitl import ask_human
+from vagent_graph.workflow.tool_images import shown_images
 from vagent_shared.audit import AuditEventType, Decision
 from vagent_shared.hitl import YES, YES_NO
 from vagent_shared.traces import ToolCallTrace

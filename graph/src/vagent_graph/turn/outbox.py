@@ -17,10 +17,9 @@ chunk, an event built, mapped, queued and encoded was most of the graph's CPU pe
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from vagent_graph.reasoning import ThinkFilter
 from vagent_shared.events import TextChunk
 
 
@@ -97,51 +96,3 @@ class Outbox:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-
-@dataclass
-class Coalescer:
-    """One model call's streamed text -> the pieces to send (pure: the caller says when).
-
-    `feed` returns what to send now: before any visible text, every piece at once (first-token
-    latency never grows); after it, "" until `window` seconds have passed since the last piece
-    sent, then everything held (checked as pieces arrive). `flush` sends what is held (at a
-    tool call, at the end of the call). `<think>` blocks are cut first (`ThinkFilter`), so a
-    block split across windows is never sent; the held text is joined, never split, so a
-    character (or a combining sequence, an emoji) cut between model chunks arrives whole."""
-
-    window: float
-    think: ThinkFilter = field(default_factory=ThinkFilter)
-    #: Visible text has been sent (the coalescing applies from then on).
-    shown: bool = False
-    _held: list[str] = field(default_factory=list)
-    _due: float = 0.0
-
-    def feed(self, piece: str, now: float) -> str:
-        if self.shown and self.window > 0:
-            self._held.append(piece)
-            if now < self._due:
-                return ""
-            piece = "".join(self._held)
-            self._held.clear()
-        return self._sent(self.think.feed(piece), now)
-
-    def flush(self, now: float, *, last: bool = False) -> str:
-        """Everything held, now; `last`: the message is over, so a held partial tag is text."""
-        piece = "".join(self._held)
-        self._held.clear()
-        visible = self.think.feed(piece) if piece else ""
-        if last:
-            visible += self.think.flush()
-        return self._sent(visible, now)
-
-    @property
-    def thinking(self) -> bool:
-        """Inside a `<think>` block."""
-        return self.think.inside
-
-    def _sent(self, visible: str, now: float) -> str:
-        if visible:
-            self.shown = True
-            self._due = now + self.window
-        return visible

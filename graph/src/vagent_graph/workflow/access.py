@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vagent_graph.agent import AgentDescriptor
+from vagent_graph.agents.descriptor import AgentDescriptor
 from vagent_graph.tools import Tool, ToolRegistry
 from vagent_shared.access import AcContext, tool
 from vagent_shared.memory import REMEMBER_TOOL

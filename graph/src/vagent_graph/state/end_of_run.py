@@ -13,7 +13,7 @@ from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from langgraph.checkpoint.redis.util import to_storage_safe_str
 from redis.asyncio import Redis
 
-from vagent_graph.session_lock import SessionLock
+from vagent_graph.state.session_lock import SessionLock
 from vagent_shared import redis_keys
 
 

@@ -18,14 +18,15 @@ from fastapi.responses import JSONResponse, Response
 from langchain_core.language_models import BaseChatModel
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from vagent_graph import admin, api, metrics
-from vagent_graph.agent import AgentDescriptor, load_descriptor
-from vagent_graph.api import ResourcesDep
+from vagent_graph.agents.descriptor import AgentDescriptor, load_descriptor
+from vagent_graph.http import admin, api
+from vagent_graph.http.api import ResourcesDep
+from vagent_graph.http.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware, files_body_limit
 from vagent_graph.knowledge.embeddings import make_embedder
 from vagent_graph.knowledge.entity_store import EntityStore
-from vagent_graph.llm import make_chat_model, model_name
-from vagent_graph.middleware import ADMIN_PREFIX, API_PREFIX, RequestMiddleware, files_body_limit
-from vagent_graph.offline_model import OfflineChatModel
+from vagent_graph.models.llm import make_chat_model, model_name
+from vagent_graph.models.offline_model import OfflineChatModel
+from vagent_graph.observability import metrics
 from vagent_graph.resources import open_resources
 from vagent_graph.tools import ToolRegistry
 from vagent_graph.tools.catalogue import default_registry

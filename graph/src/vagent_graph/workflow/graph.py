@@ -29,15 +29,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
-from vagent_graph import metrics
-from vagent_graph.access import visible_tools
-from vagent_graph.agent import AgentDescriptor
-from vagent_graph.citations import turn_sources, with_files, with_sources
-from vagent_graph.event_stream import AnswerStream, text_of
-from vagent_graph.file_messages import turn_files
-from vagent_graph.history import CANCELLED_TOOL_RESULT, removals_to_bound, window_for_llm, without_images
-from vagent_graph.hitl import ask_human
-from vagent_graph.llm import stall_limit
+from vagent_graph.agents.descriptor import AgentDescriptor
+from vagent_graph.attachments.messages import turn_files
+from vagent_graph.knowledge.citations import turn_sources, with_files, with_sources
 from vagent_graph.memory.commands import MEMORY_OFF
 from vagent_graph.memory.memories import Memories
 from vagent_graph.memory.recall import CONFIG_KEY as MEMORY_KEY
@@ -50,17 +44,15 @@ from vagent_graph.memory.recall import (
     with_remembered,
 )
 from vagent_graph.memory.rules import union_scope
-from vagent_graph.reasoning import without_reasoning
-from vagent_graph.scope import WITHHELD, Readership, ResultScope, scope_of, visible_history
-from vagent_graph.services import Services
-from vagent_graph.services.audit import audit
-from vagent_graph.stall_guard import StallGuard
-from vagent_graph.telemetry_spans import llm_span, tool_span, tool_step
-from vagent_graph.tool_calls import Confirm, PersonalResults, ToolCalls, pending_calls
-from vagent_graph.tools import Question, Tool, ToolContext, ToolRegistry
-from vagent_graph.turns import CONFIG_KEY as TURN_KEY
-from vagent_graph.turns import TurnRecorder, turn_of
-from vagent_graph.usage import (
+from vagent_graph.models.llm import stall_limit
+from vagent_graph.models.reasoning import without_reasoning
+from vagent_graph.models.stall_guard import StallGuard
+from vagent_graph.models.text import text_of
+from vagent_graph.observability import metrics
+from vagent_graph.observability.recorder import CONFIG_KEY as TURN_KEY
+from vagent_graph.observability.recorder import TurnRecorder, turn_of
+from vagent_graph.observability.spans import llm_span, tool_span, tool_step
+from vagent_graph.observability.usage import (
     OUTPUT_ALLOWANCE,
     BudgetSpent,
     Hold,
@@ -70,6 +62,20 @@ from vagent_graph.usage import (
     prompt_tokens,
     refusal_message,
 )
+from vagent_graph.services import Services
+from vagent_graph.services.audit import audit
+from vagent_graph.tools import Question, Tool, ToolContext, ToolRegistry
+from vagent_graph.tools.scope import WITHHELD, Readership, ResultScope, scope_of, visible_history
+from vagent_graph.workflow.access import visible_tools
+from vagent_graph.workflow.answer_stream import AnswerStream
+from vagent_graph.workflow.history import (
+    CANCELLED_TOOL_RESULT,
+    removals_to_bound,
+    window_for_llm,
+    without_images,
+)
+from vagent_graph.workflow.hitl import ask_human
+from vagent_graph.workflow.tool_calls import Confirm, PersonalResults, ToolCalls, pending_calls
 from vagent_shared.access import AcContext
 from vagent_shared.hitl import YES, YES_NO
 from vagent_shared.knowledge import Audience

@@ -19,8 +19,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import TypeAdapter, ValidationError
 from redis.exceptions import RedisError, ResponseError
 
-from vagent_graph.audit_reader import parse_when
-from vagent_graph.erasure import valid_user_id
+from vagent_graph.http.middleware import ADMIN_PREFIX, token_matches
 from vagent_graph.knowledge.doc_index import IndexMismatch
 from vagent_graph.knowledge.doc_store import DocumentStore, StoreBusy
 from vagent_graph.knowledge.embeddings import EmbeddingError
@@ -28,10 +27,11 @@ from vagent_graph.knowledge.entities import EntityGraph
 from vagent_graph.knowledge.entity_store import EntityStore, EntityStoreError
 from vagent_graph.knowledge.ingest import embed, parse, spec
 from vagent_graph.knowledge.parsing import DocumentError, detect_format
-from vagent_graph.middleware import ADMIN_PREFIX, token_matches
+from vagent_graph.observability.audit_reader import parse_when
+from vagent_graph.observability.trace_store import MAX_LIMIT, TraceFilter, TraceStore
+from vagent_graph.observability.usage import days_from, parse_since, read_rows
 from vagent_graph.services import Services
-from vagent_graph.trace_store import MAX_LIMIT, TraceFilter, TraceStore
-from vagent_graph.usage import days_from, parse_since, read_rows
+from vagent_graph.state.erasure import valid_user_id
 from vagent_shared.budgets import UsageRow, usage_day
 from vagent_shared.http_errors import api_error
 from vagent_shared.knowledge import (
