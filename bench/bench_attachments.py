@@ -92,7 +92,7 @@ from bench.common import (  # noqa: E402
 from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.files import jpeg, pdf_of_size, pdf_with_text, png  # noqa: E402
 from tests.support.graph_process import GraphProcess  # noqa: E402
-from vagent_bot.graph_client import GraphClient  # noqa: E402
+from vagent_bot.clients.graph_client import GraphClient  # noqa: E402
 from vagent_shared.attachments import Attachment  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, Progress, TextChunk, TextFinal  # noqa: E402
 from vagent_shared.wire import ProcessMessageRequest  # noqa: E402

@@ -114,7 +114,7 @@ from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
 from tests.support.mcp_server import McpTestServer, fingerprint, tool  # noqa: E402
 from tests.support.otlp_receiver import OtlpReceiver  # noqa: E402
 from tests.support.procs import ServiceProcess, credential_registry  # noqa: E402
-from vagent_bot.graph_client import GraphClient  # noqa: E402
+from vagent_bot.clients.graph_client import GraphClient  # noqa: E402
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, TextChunk, TextFinal  # noqa: E402
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest  # noqa: E402
 

@@ -67,7 +67,7 @@ from bench.common import (  # noqa: E402
 from redis_local import RedisServer, free_port  # noqa: E402
 from tests.support.factories import ac, message_body, new_session  # noqa: E402
 from tests.support.graph_process import TOKEN, GraphProcess  # noqa: E402
-from vagent_bot.graph_client import GraphClient  # noqa: E402
+from vagent_bot.clients.graph_client import GraphClient  # noqa: E402
 from vagent_graph.agents.descriptor import load_descriptor  # noqa: E402
 from vagent_graph.models.llm import make_chat_model, model_name  # noqa: E402
 from vagent_graph.resources import open_resources  # noqa: E402

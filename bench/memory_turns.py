@@ -45,7 +45,7 @@ from bench.common import (
 )
 from tests.support.factories import ALL_TOOLS, ac, message_body, new_session
 from tests.support.graph_process import GraphProcess
-from vagent_bot.graph_client import GraphClient
+from vagent_bot.clients.graph_client import GraphClient
 from vagent_shared.access import AcContext
 from vagent_shared.audit import AuditEvent
 from vagent_shared.knowledge import Audience, AudienceMember

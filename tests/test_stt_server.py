@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.support.stt_server import ScriptedSTTServer
-from vagent_bot.transcribe import Transcriber, TranscriptionFailed
+from vagent_bot.clients.transcribe import Transcriber, TranscriptionFailed
 
 KEY = "test-stt-key"
 

@@ -49,7 +49,7 @@ from tests.e2e.test_schedules_e2e import in_seconds, schedule
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient
 from tests.support.procs import ServiceProcess
-from vagent_bot.matrix import CREDENTIALS_FILE
+from vagent_bot.matrix.client import CREDENTIALS_FILE
 from vagent_shared import redis_keys
 from vagent_shared.schedule_store import ScheduleStore
 from vagent_shared.schedules import SCHEDULED, Schedule, ScheduledJob
@@ -59,7 +59,7 @@ pytestmark = pytest.mark.e2e
 #: One-offs later than this after their time are missed (their owner told), not run: short, so
 #: one-offs due while the bot is down show the missed-run policy too.
 GRACE_SECONDS = 3
-#: The scheduler's lease (vagent_bot.scheduler.LEASE_SECONDS): a run claimed by a killed bot
+#: The scheduler's lease (vagent_bot.schedules.scheduler.LEASE_SECONDS): a run claimed by a killed bot
 #: and not started is taken over after it.
 LEASE_SECONDS = 30.0
 #: Seconds between two kills (a seeded uniform draw). A restart takes ~10 s on a slow machine.

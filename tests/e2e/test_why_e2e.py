@@ -26,7 +26,7 @@ from tests.e2e.test_history_audience_e2e import invite_and_join
 from tests.support.knowledge import doc_store, ingest
 from tests.support.llm_server import ScriptedLLMServer
 from tests.support.matrix_human import HumanClient, Msg
-from vagent_bot.why import IN_PROGRESS_NOTICE
+from vagent_bot.why.account import IN_PROGRESS_NOTICE
 from vagent_shared import redis_keys
 
 pytestmark = pytest.mark.e2e

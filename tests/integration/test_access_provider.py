@@ -28,8 +28,8 @@ from procutil import free_port
 from redis.asyncio import Redis
 
 from tests.support.procs import BIN, ServiceProcess
-from vagent_bot.access import BotAccessProvider as AccessProvider
-from vagent_bot.metrics import ACCESS, ACP_ERRORS
+from vagent_bot.access.provider import BotAccessProvider as AccessProvider
+from vagent_bot.observability.metrics import ACCESS, ACP_ERRORS
 from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail
@@ -551,7 +551,7 @@ async def test_denials_and_failures_are_logged(
 
     await check_against(broken)
     lines = [json.loads(ln) for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
-    events = {ln["event"]: ln for ln in lines if ln.get("logger") == "vagent_bot.access"}
+    events = {ln["event"]: ln for ln in lines if ln.get("logger") == "vagent_bot.access.provider"}
     unavailable, denied = events["acp_unavailable"], events["access_denied"]
     assert unavailable["level"] == "error" and unavailable["reason"] == "provider_error"
     assert unavailable["status"] == 500
@@ -620,7 +620,7 @@ async def test_an_answer_for_another_domain_fails_closed_and_is_audited(
     )
 
     lines = [json.loads(ln) for ln in capsys.readouterr().out.splitlines() if ln.startswith("{")]
-    access_lines = [ln for ln in lines if ln.get("logger") == "vagent_bot.access"]
+    access_lines = [ln for ln in lines if ln.get("logger") == "vagent_bot.access.provider"]
     assert [ln["event"] for ln in access_lines] == ["access_denied"]
     denied = access_lines[0]
     assert denied["level"] == "warning"

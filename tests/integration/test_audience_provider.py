@@ -21,9 +21,9 @@ from procutil import free_port
 
 from tests.support.http_standin import HttpStandIn
 from tests.support.procs import ServiceProcess
-from vagent_bot.access import BotAccessProvider as AccessProvider
-from vagent_bot.audience import RoomAudience, fetch_members
-from vagent_bot.metrics import ACCESS, ACP_ERRORS
+from vagent_bot.access.audience import RoomAudience, fetch_members
+from vagent_bot.access.provider import BotAccessProvider as AccessProvider
+from vagent_bot.observability.metrics import ACCESS, ACP_ERRORS
 from vagent_shared.knowledge import Audience
 
 DOMAIN = "localhost"

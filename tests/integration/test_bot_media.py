@@ -1,4 +1,4 @@
-"""Files, images and voice through the bot's real parts (vagent_bot.downloads, transcribe,
+"""Files, images and voice through the bot's real parts (vagent_bot.matrix.downloads, transcribe,
 images_out, turn_files, and the whole router -> conversation wiring with a real nio client and
 real Redis), against one local aiohttp server standing in for what lies outside the bot: the
 homeserver (authenticated media, events, uploads, sends), the access provider, the graph and
@@ -30,24 +30,24 @@ from redis.asyncio import Redis
 
 from synapse_local import SynapseServer
 from tests.support.matrix_human import new_human
-from vagent_bot import rooms
-from vagent_bot.access import BotAccessProvider as AccessProvider
-from vagent_bot.conversation import Conversations
-from vagent_bot.downloads import TAMPERED, MediaDownloader, MediaRefused
-from vagent_bot.edit_pacing import EditThrottle
-from vagent_bot.event_router import EventRouter
-from vagent_bot.flood import BotFloodControl as FloodControl
-from vagent_bot.graph_client import GraphClient
-from vagent_bot.hitl_store import HitlStore
-from vagent_bot.images_out import post_image
-from vagent_bot.media import FILE_KINDS, VOICE_KINDS, EncryptedFile, Media, media_of_event
-from vagent_bot.questions import Questions, check_answer
-from vagent_bot.questions_out import post_question
-from vagent_bot.routing import parse_message, session_for
-from vagent_bot.sessions import SessionWorkers
-from vagent_bot.streaming import Answer
-from vagent_bot.tenants import Tenants
-from vagent_bot.transcribe import NOT_CONFIGURED, Transcriber, TranscriptionFailed
+from vagent_bot.access.flood import BotFloodControl as FloodControl
+from vagent_bot.access.provider import BotAccessProvider as AccessProvider
+from vagent_bot.answers.edit_pacing import EditThrottle
+from vagent_bot.answers.images_out import post_image
+from vagent_bot.answers.questions_out import post_question
+from vagent_bot.answers.streaming import Answer
+from vagent_bot.clients.graph_client import GraphClient
+from vagent_bot.clients.transcribe import NOT_CONFIGURED, Transcriber, TranscriptionFailed
+from vagent_bot.conversation.conversations import Conversations
+from vagent_bot.conversation.hitl_store import HitlStore
+from vagent_bot.conversation.questions import Questions, check_answer
+from vagent_bot.conversation.routing import parse_message, session_for
+from vagent_bot.conversation.sessions import SessionWorkers
+from vagent_bot.matrix import rooms
+from vagent_bot.matrix.downloads import TAMPERED, MediaDownloader, MediaRefused
+from vagent_bot.matrix.media import FILE_KINDS, VOICE_KINDS, EncryptedFile, Media, media_of_event
+from vagent_bot.matrix.tenants import Tenants
+from vagent_bot.router import EventRouter
 from vagent_shared.events import ImageOut
 from vagent_shared.hitl import PendingQuestion, format_question
 from vagent_shared.session import SessionId

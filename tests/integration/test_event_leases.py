@@ -1,4 +1,4 @@
-"""Claimed events are leased until the bot finishes them (vagent_bot.sync, real Redis): a bot
+"""Claimed events are leased until the bot finishes them (vagent_bot.matrix.sync, real Redis): a bot
 that dies before finishing leaves them to the next one once the lease runs out, never sooner
 and never to two bots; finished or never-for-the-bot events are left to nobody."""
 
@@ -14,8 +14,8 @@ from nio import AsyncClient
 from nio.events import Event
 from redis.asyncio import Redis
 
-from vagent_bot.sync import SyncHandler
-from vagent_bot.tenants import Tenants
+from vagent_bot.matrix.sync import SyncHandler
+from vagent_bot.matrix.tenants import Tenants
 from vagent_shared import redis_keys
 from vagent_shared.settings import BotSettings
 

@@ -14,7 +14,7 @@ import structlog
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 
-from vagent_bot.flood import BotFloodControl as FloodControl
+from vagent_bot.access.flood import BotFloodControl as FloodControl
 from vagent_shared import redis_keys
 from vagent_shared.flood import FloodControl as SharedFloodControl
 

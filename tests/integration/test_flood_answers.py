@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from tests.integration import test_bot_media as harness
 from tests.integration.test_bot_media import Bot, BotFactory
 from tests.support.vagent_cli import run_vagent
-from vagent_bot.flood import BotFloodControl as FloodControl
-from vagent_bot.hitl_store import HitlStore
+from vagent_bot.access.flood import BotFloodControl as FloodControl
+from vagent_bot.conversation.hitl_store import HitlStore
 from vagent_graph.observability.trace_store import TraceStore
 from vagent_shared import redis_keys
 from vagent_shared.hitl import PendingQuestion

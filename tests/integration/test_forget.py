@@ -38,13 +38,13 @@ from tests.support.graph_runtime import scripted_runtime
 from tests.support.llm_server import ScriptedLLMServer, TextResponse
 from tests.support.redis_dump import dump_all
 from tests.support.vagent_cli import Ran, run_vagent
-from vagent_bot.downloads import MediaDownloader, MediaRefused
-from vagent_bot.flood import BotFloodControl as FloodControl
-from vagent_bot.graph_client import GraphClient
-from vagent_bot.hitl_store import HitlStore
-from vagent_bot.routing import parse_message, session_for
-from vagent_bot.transcribe import Transcriber
-from vagent_bot.turn_files import TurnFiles
+from vagent_bot.access.flood import BotFloodControl as FloodControl
+from vagent_bot.clients.graph_client import GraphClient
+from vagent_bot.clients.transcribe import Transcriber
+from vagent_bot.conversation.hitl_store import HitlStore
+from vagent_bot.conversation.routing import parse_message, session_for
+from vagent_bot.conversation.turn_files import TurnFiles
+from vagent_bot.matrix.downloads import MediaDownloader, MediaRefused
 from vagent_graph import cli
 from vagent_graph.http.app import create_app
 from vagent_graph.knowledge.embeddings import LocalEmbedder

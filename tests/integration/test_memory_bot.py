@@ -14,8 +14,8 @@ import pytest
 
 from tests.integration import test_bot_media as harness
 from tests.integration.test_bot_media import BotFactory
-from vagent_bot.conversation import readers_unchecked
-from vagent_bot.hitl_store import HitlStore
+from vagent_bot.conversation.conversations import readers_unchecked
+from vagent_bot.conversation.hitl_store import HitlStore
 from vagent_shared.hitl import PendingQuestion
 from vagent_shared.session import SessionId
 

@@ -1,4 +1,4 @@
-"""The bot's scheduler (vagent_bot.scheduler) on a real Redis: two schedulers (separate Redis
+"""The bot's scheduler (vagent_bot.schedules.scheduler) on a real Redis: two schedulers (separate Redis
 clients, as two bot replicas) racing over many due runs execute each run once; a scheduler
 killed between claim and start leaves its run to the other, once; one killed after the start
 leaves it never run again; skipped runs pause the job and tell its owner; a missed one-off is
@@ -22,8 +22,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from vagent_bot.schedule_runs import STOPPED_RESULT, Skip
-from vagent_bot.scheduler import Allowed, Scheduler
+from vagent_bot.schedules.runs import STOPPED_RESULT, Skip
+from vagent_bot.schedules.scheduler import Allowed, Scheduler
 from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import AuditEvent
 from vagent_shared.audit_trail import AuditTrail

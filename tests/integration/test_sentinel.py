@@ -30,7 +30,7 @@ from tests.support.redis_sentinel import SentinelSetup
 from tests.support.sse import kinds, post_sse
 from tests.support.vagent_cli import run_vagent
 from vagent_bot.__main__ import redis_client
-from vagent_bot.hitl_store import HitlStore
+from vagent_bot.conversation.hitl_store import HitlStore
 from vagent_shared.events import TextFinal
 from vagent_shared.hitl import PendingQuestion
 from vagent_shared.redis_connect import FollowingSentinelPool

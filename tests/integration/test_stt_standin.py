@@ -1,5 +1,5 @@
 """`vagent-stt`, the development speech-to-text stand-in: the real process answers the bot's
-own client (`vagent_bot.transcribe.Transcriber`) with a WAV's comment, says how long other
+own client (`vagent_bot.clients.transcribe.Transcriber`) with a WAV's comment, says how long other
 WAVs are, refuses what is not audio and a wrong key the way OpenAI does, and keeps neither the
 audio nor the key. Pure rules and edge cases run in-process (fast); one process covers the
 console script, its banner and the wire.
@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from procutil import free_port
 
 from tests.support.procs import ServiceProcess
-from vagent_bot.transcribe import Transcriber, TranscriptionFailed
+from vagent_bot.clients.transcribe import Transcriber, TranscriptionFailed
 from vagent_dev.audio_files import make_wav
 from vagent_dev.stt import MAX_UPLOAD_BYTES, create_app, key_matches, transcript
 

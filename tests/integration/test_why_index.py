@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from redis_local import free_port
-from vagent_bot.trace_store import TraceStore, TurnIndex
+from vagent_bot.conversation.trace_store import TraceStore, TurnIndex
 from vagent_shared import redis_keys
 from vagent_shared.traces import TurnTrace
 

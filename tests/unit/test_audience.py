@@ -13,7 +13,7 @@ from typing import Any, cast
 import pytest
 from nio import AsyncClient, JoinedMembersError, JoinedMembersResponse, RoomMember
 
-from vagent_bot.audience import (
+from vagent_bot.access.audience import (
     AudiencePlan,
     RoomAudience,
     audience_applies,
@@ -22,7 +22,7 @@ from vagent_bot.audience import (
     joined_members,
     plan_audience,
 )
-from vagent_bot.metrics import AUDIENCE_FALLBACKS, AUDIENCE_UNRESOLVED
+from vagent_bot.observability.metrics import AUDIENCE_FALLBACKS, AUDIENCE_UNRESOLVED
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import Audience, AudienceMember
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from nio import RoomSendError, RoomSendResponse
 
-from vagent_bot.commands import Command
-from vagent_bot.commands import parse_command as bot_command
-from vagent_bot.routing import parse_message, should_answer
+from vagent_bot.conversation.commands import Command
+from vagent_bot.conversation.commands import parse_command as bot_command
+from vagent_bot.conversation.routing import parse_message, should_answer
 from vagent_dev.chat import Chat, Transcript
 from vagent_dev.chat_hints import (
     DEFAULT_SILENCE_HINT_SECONDS,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from vagent_bot.commands import Command, parse_command
-from vagent_bot.commands import help_text as make_help
-from vagent_bot.rendering import render_markdown
-from vagent_bot.routing import Decision, parse_message, should_answer
+from vagent_bot.answers.rendering import render_markdown
+from vagent_bot.conversation.commands import Command, parse_command
+from vagent_bot.conversation.commands import help_text as make_help
+from vagent_bot.conversation.routing import Decision, parse_message, should_answer
 from vagent_shared.memory import Forget, ListMemories, Remember, parse_memory_command
 
 

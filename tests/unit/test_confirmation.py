@@ -19,7 +19,7 @@ from mcp.types import Tool as McpTool
 from pydantic import BaseModel, ValidationError
 
 from tests.support.confirmations import expected, read_back
-from vagent_bot.rendering import render_markdown
+from vagent_bot.answers.rendering import render_markdown
 from vagent_graph.agents.mcp_config import McpServerConfig
 from vagent_graph.mcp.tools import build_tools
 from vagent_graph.tools import Prepared, Tool, ToolContext

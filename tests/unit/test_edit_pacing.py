@@ -1,4 +1,4 @@
-"""Pacing the edits of a streamed answer (`vagent_bot.edit_pacing.EditThrottle`)."""
+"""Pacing the edits of a streamed answer (`vagent_bot.answers.edit_pacing.EditThrottle`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from vagent_bot.edit_pacing import EditThrottle
+from vagent_bot.answers.edit_pacing import EditThrottle
 
 
 def test_throttle_before_start_never_due() -> None:

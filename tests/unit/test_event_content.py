@@ -1,4 +1,4 @@
-"""The content of the events the bot sends (`vagent_bot.event_content.message_content`), and
+"""The content of the events the bot sends (`vagent_bot.answers.event_content.message_content`), and
 that every event built from a part of a split answer fits Matrix's size limit (`size_budget`)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from vagent_bot.event_content import message_content
-from vagent_bot.size_budget import CONTENT_MAX_BYTES, MAX_TEXT_BYTES
-from vagent_bot.splitting import split_message
+from vagent_bot.answers.event_content import message_content
+from vagent_bot.answers.size_budget import CONTENT_MAX_BYTES, MAX_TEXT_BYTES
+from vagent_bot.answers.splitting import split_message
 
 
 def size(s: str) -> int:

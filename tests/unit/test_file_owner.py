@@ -1,10 +1,10 @@
-"""Whose file a turn may use (vagent_bot.file_owner): the requester's own only."""
+"""Whose file a turn may use (vagent_bot.access.file_owner): the requester's own only."""
 
 from __future__ import annotations
 
 import pytest
 
-from vagent_bot.file_owner import file_use
+from vagent_bot.access.file_owner import file_use
 
 BOT = "@vagent:example.org"
 ALICE = "@alice:example.org"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vagent_bot.graph_client import GraphClient
+from vagent_bot.clients.graph_client import GraphClient
 from vagent_shared.settings import BotSettings
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vagent_bot.http import proxy_for
+from vagent_bot.clients.http import proxy_for
 
 VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 

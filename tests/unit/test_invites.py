@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vagent_bot.invites import invite_allowed
+from vagent_bot.access.invites import invite_allowed
 
 
 @pytest.mark.parametrize(

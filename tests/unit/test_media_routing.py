@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from vagent_bot.event_content import image_content
-from vagent_bot.media import (
+from vagent_bot.answers.event_content import image_content
+from vagent_bot.conversation.routing import Decision, IncomingMessage, parse_message, should_answer
+from vagent_bot.matrix.media import (
     FILE_KINDS,
     VOICE_KINDS,
     EncryptedFile,
@@ -24,7 +25,6 @@ from vagent_bot.media import (
     video_refusal,
     with_transcript,
 )
-from vagent_bot.routing import Decision, IncomingMessage, parse_message, should_answer
 
 BOT = "@vagent:example.org"
 ALICE = "@alice:example.org"

@@ -7,9 +7,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vagent_bot.event_content import message_content
-from vagent_bot.question_message import FILENAME, MAX_HEADLINE_CHARS, question_message
-from vagent_bot.size_budget import CONTENT_MAX_BYTES, MAX_TEXT_BYTES, content_size
+from vagent_bot.answers.event_content import message_content
+from vagent_bot.answers.question_message import FILENAME, MAX_HEADLINE_CHARS, question_message
+from vagent_bot.answers.size_budget import CONTENT_MAX_BYTES, MAX_TEXT_BYTES, content_size
 from vagent_shared.hitl import format_question
 
 YES_NO = ["yes", "no"]

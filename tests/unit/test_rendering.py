@@ -1,10 +1,10 @@
-"""Rendering an answer's Markdown for Matrix, and the progress line (`vagent_bot.rendering`)."""
+"""Rendering an answer's Markdown for Matrix, and the progress line (`vagent_bot.answers.rendering`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from vagent_bot.rendering import progress_line, render_markdown
+from vagent_bot.answers.rendering import progress_line, render_markdown
 
 
 def test_markdown_basics() -> None:

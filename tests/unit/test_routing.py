@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from vagent_bot.routing import (
+from vagent_bot.conversation.routing import (
     Decision,
     IncomingMessage,
     parse_message,

@@ -66,7 +66,7 @@ def test_other_log_lines_keep_their_fields() -> None:
 
 
 def flood_log_line(**fields: object) -> str:
-    """The bot's `flood_limited` warning as structlog writes it (vagent_bot/flood.py)."""
+    """The bot's `flood_limited` warning as structlog writes it (vagent_bot/access/flood.py)."""
     record = {
         "user_id": "@alice:localhost",
         "room_id": "!demo:localhost",
@@ -74,7 +74,7 @@ def flood_log_line(**fields: object) -> str:
         "window": 60.0,
         "event": "flood_limited",
         "level": "warning",
-        "logger": "vagent_bot.flood",
+        "logger": "vagent_bot.access.flood",
         "timestamp": "2026-11-25T12:00:03.000001Z",
         "service": "bot",
         **fields,

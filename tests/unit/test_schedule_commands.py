@@ -1,4 +1,4 @@
-"""The schedule commands' words (vagent_bot.schedule_commands): every form of `!schedule`,
+"""The schedule commands' words (vagent_bot.schedules.commands): every form of `!schedule`,
 `!schedules`, `!unschedule`, `!timezone` parsed after the bot's usual addressing, malformed
 ones answered with how to write them, and the answers' text (number, schedule, next run in the
 user's zone; listing lines; the limit; "no such task" that never tells whose it is)."""
@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vagent_bot.commands import help_text, parse_command
-from vagent_bot.routing import parse_message, should_answer
-from vagent_bot.schedule_commands import (
+from vagent_bot.conversation.commands import help_text, parse_command
+from vagent_bot.conversation.routing import parse_message, should_answer
+from vagent_bot.schedules.commands import (
     USAGE_PAUSE,
     USAGE_RESUME,
     USAGE_SCHEDULE,

@@ -1,4 +1,4 @@
-"""What a claimed scheduled run does (vagent_bot.schedule_runs): run, skip with a reason
+"""What a claimed scheduled run does (vagent_bot.schedules.runs): run, skip with a reason
 (fail closed), or missed; and what the owner is told."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vagent_bot.schedule_runs import (
+from vagent_bot.schedules.runs import (
     Missed,
     RunIt,
     Skip,

@@ -12,8 +12,7 @@ from typing import Any, cast
 
 import pytest
 
-from vagent_bot import metrics
-from vagent_bot.questions import (
+from vagent_bot.conversation.questions import (
     REFUSED_NOTICE,
     WITHHELD,
     AnswerCheck,
@@ -21,7 +20,8 @@ from vagent_bot.questions import (
     check_answer,
     loggable,
 )
-from vagent_bot.routing import IncomingMessage
+from vagent_bot.conversation.routing import IncomingMessage
+from vagent_bot.observability import metrics
 from vagent_shared.access import AcContext
 from vagent_shared.access_provider import AccessResult
 from vagent_shared.hitl import YES_NO, PendingQuestion

@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 from vagent_gateway.graph_client import GraphClient as GatewayGraphClient
 from vagent_gateway.graph_client import GraphError as GatewayGraphError
 
-from vagent_bot.graph_client import GraphClient as BotGraphClient
+from vagent_bot.clients.graph_client import GraphClient as BotGraphClient
 from vagent_shared.access import AcContext
 from vagent_shared.events import Done, ErrorEvent, Progress, SSEEvent, TextChunk, TextFinal
 from vagent_shared.graph_client import (

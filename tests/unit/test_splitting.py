@@ -1,4 +1,4 @@
-"""Splitting long answers into messages (`vagent_bot.splitting.split_message`)."""
+"""Splitting long answers into messages (`vagent_bot.answers.splitting.split_message`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from vagent_bot.rendering import render_markdown
-from vagent_bot.size_budget import MAX_TEXT_BYTES
-from vagent_bot.splitting import split_message
+from vagent_bot.answers.rendering import render_markdown
+from vagent_bot.answers.size_budget import MAX_TEXT_BYTES
+from vagent_bot.answers.splitting import split_message
 
 
 def size(s: str) -> int:

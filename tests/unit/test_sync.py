@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from vagent_bot.sync import joined_at
+from vagent_bot.matrix.sync import joined_at
 
 BOT = "@vagent:localhost"
 

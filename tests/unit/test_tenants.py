@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 from nio import AsyncClient, RoomGetStateEventError, RoomGetStateEventResponse
 
-from vagent_bot.tenants import Tenants
+from vagent_bot.matrix.tenants import Tenants
 
 TYPE = "io.vagent.tenant"
 

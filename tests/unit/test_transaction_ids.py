@@ -1,11 +1,11 @@
 """Messages sent while an event is handled get transaction ids derived from the event, so the
-same event handled again (after a crash) re-sends under the same ids (vagent_bot.matrix)."""
+same event handled again (after a crash) re-sends under the same ids (vagent_bot.matrix.client)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from vagent_bot.matrix import _next_txn_id, handling
+from vagent_bot.matrix.client import _next_txn_id, handling
 
 
 async def test_ids_follow_the_event_and_the_order_of_sends_tasks_included() -> None:

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from tests.support.acl_strategies import ADVERSARIAL_TAGS, audiences, contexts
 from tests.support.factories import ac
-from vagent_bot.rendering import render_markdown
-from vagent_bot.routing import parse_message, should_answer
-from vagent_bot.why import (
+from vagent_bot.answers.rendering import render_markdown
+from vagent_bot.conversation.routing import parse_message, should_answer
+from vagent_bot.why.account import (
     account,
     duration,
     expired_notice,

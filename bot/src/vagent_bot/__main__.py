@@ -10,11 +10,12 @@ import sys
 import structlog
 from redis.asyncio import Redis
 
-from vagent_bot import health, matrix, metrics
-from vagent_bot.access import make_access_provider
+from vagent_bot.access.flood import BotFloodControl
+from vagent_bot.access.provider import make_access_provider
 from vagent_bot.bot import VagentBot
-from vagent_bot.flood import BotFloodControl
-from vagent_bot.graph_client import GraphClient
+from vagent_bot.clients.graph_client import GraphClient
+from vagent_bot.matrix import client as matrix
+from vagent_bot.observability import health, metrics
 from vagent_shared import audit_trail, redis_connect
 from vagent_shared.logs import configure_logging
 from vagent_shared.settings import BotSettings

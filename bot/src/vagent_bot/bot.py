@@ -17,16 +17,16 @@ import structlog
 from nio import AsyncClient, SyncResponse
 from redis.asyncio import Redis
 
-from vagent_bot import matrix
-from vagent_bot.conversation import Conversations
-from vagent_bot.event_router import EventRouter
-from vagent_bot.graph_client import GraphClient
-from vagent_bot.hitl_store import HitlStore
-from vagent_bot.questions import Questions
-from vagent_bot.scheduler import MatrixSide, Scheduler
-from vagent_bot.sessions import SessionWorkers
-from vagent_bot.sync import SyncHandler
-from vagent_bot.tenants import Tenants
+from vagent_bot.clients.graph_client import GraphClient
+from vagent_bot.conversation.conversations import Conversations
+from vagent_bot.conversation.hitl_store import HitlStore
+from vagent_bot.conversation.questions import Questions
+from vagent_bot.conversation.sessions import SessionWorkers
+from vagent_bot.matrix import client as matrix
+from vagent_bot.matrix.sync import SyncHandler
+from vagent_bot.matrix.tenants import Tenants
+from vagent_bot.router import EventRouter
+from vagent_bot.schedules.scheduler import MatrixSide, Scheduler
 from vagent_shared.access_provider import AccessProvider
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.flood import FloodControl

@@ -3,7 +3,7 @@ current turn uses. Pure: the workflow (citations), the history window and the of
 model ask the same question.
 
 A file sent alone is kept as a HumanMessage of its own followed by the reply saying so
-(intake.py); the next question uses it. So the current turn's files are its own message's
+(turn/intake.py); the next question uses it. So the current turn's files are its own message's
 and those of the kept pairs right before it.
 """
 

@@ -25,7 +25,7 @@ SOURCES_HEADING = "Sources:"
 
 def artifact_for(sources: Sequence[SourceRef], scope: BaseModel | None = None) -> dict[str, Any] | None:
     """What a ToolMessage keeps of a tool's sources and of what its result was derived from
-    (scope.py), as plain JSON: it is checkpointed."""
+    (tools/scope.py), as plain JSON: it is checkpointed."""
     out: dict[str, Any] = {}
     if sources:
         out["sources"] = [s.model_dump() for s in sources]

@@ -146,20 +146,22 @@ class DocumentStore:
         with another embedding model."""
         p = doc.parsed
         dims = int(doc.vectors.shape[1])
-        info = DocumentInfo(
-            doc_id=p.spec.doc_id,
-            domain=p.spec.domain,
-            title=p.title,
-            category=p.spec.category,
-            tags=list(p.spec.tags),
-            source=p.spec.source,
-            format=p.format,
-            chunks=len(p.chunks),
-            sha256=p.sha256,
-            embedding_model=doc.model_id,
-            ingested_at=datetime.now(UTC),
-        )
         async with self._writing():  # the index is created by the first writer only
+            # Stamped under the lock: of concurrent writers, the one written last is the
+            # newest, so the stored version is always the one with the latest ingested_at.
+            info = DocumentInfo(
+                doc_id=p.spec.doc_id,
+                domain=p.spec.domain,
+                title=p.title,
+                category=p.spec.category,
+                tags=list(p.spec.tags),
+                source=p.spec.source,
+                format=p.format,
+                chunks=len(p.chunks),
+                sha256=p.sha256,
+                embedding_model=doc.model_id,
+                ingested_at=datetime.now(UTC),
+            )
             await doc_index.ensure_index(self.redis, self.index, doc.model_id, dims, self.algorithm)
             old = await self.get(info.domain, info.doc_id)
             async with self.redis.pipeline(transaction=True) as pipe:

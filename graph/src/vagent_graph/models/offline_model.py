@@ -225,7 +225,7 @@ def after_tool(
     question = question_of(messages)
     if name == "search_documents":
         return AIMessage(content=PREFIX + quote_passages(content, question))
-    if name == REMEMBER_TOOL:  # the answer shows the 🧠 line itself (workflow.py)
+    if name == REMEMBER_TOOL:  # the answer shows the 🧠 line itself (workflow/graph.py)
         done = content.startswith(REMEMBERED)
         return AIMessage(content=PREFIX + ("I'll remember that." if done else content))
     if name == "ask_user" and _asked_with(messages, last.tool_call_id).get("question") == DELETE_WHEN:

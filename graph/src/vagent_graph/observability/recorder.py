@@ -58,7 +58,7 @@ class TurnRecorder:
         """Continue a stored trace: its time so far counts into the total."""
         return cls(trace=trace, _prior_ms=trace.total_ms)
 
-    # ---- fed by the stream (event_stream.py: AnswerStream, EventMapper) ---------------------
+    # ---- fed by the stream (AnswerStream, turn/events.py EventMapper) ---------------
     def chunk_seen(self, message_id: str | None) -> None:
         """A model call's first streamed chunk (text or tool call): its time to first token."""
         if message_id and message_id not in self._first_chunk:

@@ -31,7 +31,7 @@ ERASED, for every session of the user (`{room}:{thread|main}:{user}`: all rooms,
     GATEWAY_TOKEN_CACHE_SECONDS anyway). A thread's conversation is a session of theirs:
     its checkpoints, traces and questions go with their other sessions above;
   - so every file they sent: the bot gives a file only to a turn of the person who sent it
-    (vagent_bot.file_owner), and the graph keeps it nowhere but in that session's checkpoint
+    (vagent_bot.access.file_owner), and the graph keeps it nowhere but in that session's checkpoint
     (its text, its facts) and names it nowhere but in that turn's trace, both erased above;
     no other Redis key holds a file (neither service caches downloads);
   - on request: their entries in the audit stream (user_id is them, or the session is one of

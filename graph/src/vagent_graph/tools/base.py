@@ -8,7 +8,7 @@ works with (stores, clients) comes from `ToolContext.services` (vagent_graph.ser
 up by type, so a new capability brings its own service instead of a field here. Which tools
 exist is the registry's business (registry.py, catalogue.py), not this module's.
 
-The workflow, not the tool, writes confirmation questions (confirmation.py): every argument
+The workflow, not the tool, writes confirmation questions (tools/confirmation.py): every argument
 is shown, so no tool can hide one. `prepare` only contributes the headline ("Delete 129
 records older than 2016-01-01") and the plan `run` gets back in `ToolContext.plan` once the
 human said yes. A tool whose effect depends on state that may change meanwhile (a count, a

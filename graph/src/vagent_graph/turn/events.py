@@ -78,7 +78,7 @@ class Reply:
     keep: list[BaseMessage] = field(default_factory=list)
 
 
-#: The nodes whose AIMessage without tool calls is the turn's answer (workflow.py).
+#: The nodes whose AIMessage without tool calls is the turn's answer (workflow/graph.py).
 ANSWERING_NODES = frozenset({"agent", "forget_all"})
 
 
@@ -100,7 +100,7 @@ class EventMapper:
     _think: ThinkFilter = field(default_factory=ThinkFilter)
     _message_id: str | None = None
     _thinking_shown: bool = False
-    #: The turn being recorded (turns.py): told when each model call's first chunk and the
+    #: The turn being recorded (observability/recorder.py): told when each model call's first chunk and the
     #: turn's first answer text arrive.
     turn: TurnRecorder | None = None
 
@@ -266,7 +266,7 @@ class Run:
         if turn is not None:
             self._outbox.put(TurnStarted(turn_id=turn.trace.turn_id))
         metrics.ACTIVE_RUNS.inc()
-        produce = traced_run(  # the run's span (telemetry_spans.py)
+        produce = traced_run(  # the run's span (observability/spans.py)
             self._produce(graph, graph_input, config, run_timeout, prelude),
             config,
             isinstance(graph_input, Command),

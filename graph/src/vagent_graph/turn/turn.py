@@ -12,7 +12,7 @@ events.py) and back out.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -158,7 +158,7 @@ class Turn:
         return cls(resources, "submit_feedback", sid, lock, run)
 
     # ---- the middle -------------------------------------------------------------------------
-    async def stream(self) -> AsyncIterator[list[SSEEvent]]:
+    async def stream(self) -> AsyncGenerator[list[SSEEvent], None]:
         """The run's events in batches of one write each, then `done`; an empty batch: nothing
         to say for a while (the writer sends a keep-alive). Ends the turn when it stops."""
         batches = self.run.batches()

@@ -85,7 +85,7 @@ def approval_for(
     notes: tuple[str, ...] = (),
     max_chars: int = 20_000,
 ) -> Approval | Unconfirmable:
-    """The record of one question: its text (confirmation.py writes it: every argument shown)
+    """The record of one question: its text (tools/confirmation.py writes it: every argument shown)
     and what "yes" to it runs. `confirm`: the tool needs a yes anyway; `personal`: its result
     will be shown to the room's other members. Unconfirmable when the question cannot show
     everything: longer than `max_chars` (CONFIRM_MAX_CHARS), or hiding too much as secrets."""

@@ -97,7 +97,7 @@ class AgentState(TypedDict, total=False):
     #: exact question shown and the plan "yes" runs, saved BEFORE the question is asked, so a
     #: resume never rebuilds (and never changes) what the human is answering.
     action: dict[str, Any] | None
-    #: The turn this run belongs to (its TurnTrace, trace_store.py): a resume continues it.
+    #: The turn this run belongs to (its TurnTrace, observability/trace_store.py): a resume continues it.
     turn_id: str
 
 
@@ -155,7 +155,7 @@ class Workflow:
             return {"messages": [AIMessage(content=stop)]}
         ac = AcContext.model_validate(state.get("ac_context") or {})
         # What the readers of THIS answer may read: results of earlier turns (or of this one,
-        # before a pause) retrieved for other readers are withheld (scope.py).
+        # before a pause) retrieved for other readers are withheld (tools/scope.py).
         readership = Readership(ac, audience_of(config))
         messages = visible_history(state.get("messages", []), readership.may_read)
         # What the asker's memory holds that everyone reading now heard (memory/rules.py).
@@ -476,7 +476,7 @@ def run_config(
     coalesce_ms: int | None = None,
 ) -> RunnableConfig:
     """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
-    turn (turns.py), and a bound on the steps of one run. The audience and the recorder travel
+    turn (observability/recorder.py), and a bound on the steps of one run. The audience and the recorder travel
     in the config, not the state, so no checkpoint keeps other people's ids or roles (the
     audience is sent again with every request, answers too) and no checkpoint holds a trace
     (LangGraph copies only plain str/number config values into a checkpoint's metadata).

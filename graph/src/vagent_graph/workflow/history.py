@@ -75,7 +75,7 @@ def window_for_llm(messages: Sequence[AnyMessage], max_tokens: int) -> list[AnyM
     """The most recent turns that fit `max_tokens`, starting at a human message.
 
     The newest turn is always kept whole even if it alone exceeds the budget, with the
-    files sent alone for it (file_messages.py).
+    files sent alone for it (attachments/messages.py).
     """
     msgs = repair_tool_pairs(messages)
     starts = [i for i, m in enumerate(msgs) if isinstance(m, HumanMessage)]

@@ -192,7 +192,7 @@ class ToolCalls:
     personal_results: PersonalResults
     #: TOOL_IMAGE_MAX_BYTES: a larger image a tool returns is not posted (tool_images.py).
     tool_image_max_bytes: int = 5 * 1024 * 1024
-    #: CONFIRM_MAX_CHARS: a longer confirmation question is not asked (confirmation.py).
+    #: CONFIRM_MAX_CHARS: a longer confirmation question is not asked (tools/confirmation.py).
     confirm_max_chars: int = 20_000
     #: OTEL_CAPTURE_CONTENT: free-text arguments are kept in the turn's trace (trace_arguments.py).
     capture_content: bool = False

@@ -14,7 +14,7 @@ import re
 import aiohttp
 import structlog
 
-from vagent_bot.http import proxy_for
+from vagent_bot.clients.http import proxy_for
 from vagent_shared.http_session import LazySession
 from vagent_shared.settings import BotSettings
 

@@ -1,6 +1,6 @@
 """How the agent's question is shown in the room. Pure: no I/O.
 
-A confirmation shows every character the call will send (the graph's confirmation.py), so
+A confirmation shows every character the call will send (the graph's tools/confirmation.py), so
 it can be longer than one message of the bot (`size_budget.MAX_TEXT_BYTES`; a Matrix event
 may not exceed 64 KiB at all). Then the message keeps the first line (what is asked, and
 the options) and says where the rest is: the whole question, as a text file sent with it in
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vagent_bot.size_budget import MAX_TEXT_BYTES
+from vagent_bot.answers.size_budget import MAX_TEXT_BYTES
 from vagent_shared.hitl import format_question
 
 #: The name of the file a long question is sent in.

@@ -17,10 +17,12 @@ from typing import Any
 import structlog
 from nio import AsyncClient
 
-from vagent_bot import rooms
-from vagent_bot.downloads import MediaDownloader, MediaRefused
-from vagent_bot.file_owner import NOT_YOURS, file_use
-from vagent_bot.media import (
+from vagent_bot.access.file_owner import NOT_YOURS, file_use
+from vagent_bot.clients.transcribe import NOT_CONFIGURED, Transcriber, TranscriptionFailed
+from vagent_bot.conversation.routing import IncomingMessage
+from vagent_bot.matrix import rooms
+from vagent_bot.matrix.downloads import MediaDownloader, MediaRefused
+from vagent_bot.matrix.media import (
     FILE_KINDS,
     VOICE_KINDS,
     Media,
@@ -29,8 +31,6 @@ from vagent_bot.media import (
     video_refusal,
     with_transcript,
 )
-from vagent_bot.routing import IncomingMessage
-from vagent_bot.transcribe import NOT_CONFIGURED, Transcriber, TranscriptionFailed
 from vagent_shared.attachments import Attachment
 
 log = structlog.get_logger(__name__)

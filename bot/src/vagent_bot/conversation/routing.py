@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from vagent_bot.media import Media, parse_media
+from vagent_bot.matrix.media import Media, parse_media
 from vagent_shared.session import SessionId
 
 ROOM_MESSAGE = "m.room.message"

@@ -5,7 +5,8 @@ Why a subclass and not a copy: the graph's HTTP + SSE contract and what each ref
 must exist once. What stays here is only the bot's own: its counter
 `vagent_bot_graph_requests_total{endpoint,outcome}`, the W3C trace propagation of its
 requests (`client_tracing`, so the graph continues the Matrix event's trace), its proxy
-lookup (`vagent_bot.http.proxy_for`, read once) and its logger name (`vagent_bot.graph_client`).
+lookup (`vagent_bot.clients.http.proxy_for`, read once) and its logger name
+(`vagent_bot.clients.graph_client`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any, ClassVar
 import aiohttp
 import structlog
 
-from vagent_bot import metrics
-from vagent_bot.http import client_tracing, proxy_for
+from vagent_bot.clients.http import client_tracing, proxy_for
+from vagent_bot.observability import metrics
 from vagent_shared.graph_client import (
     GraphBusy,
     GraphError,

@@ -32,11 +32,12 @@ import structlog
 from nio import AsyncClient, RoomCreateResponse
 from redis.exceptions import RedisError
 
-from vagent_bot import matrix, metrics
-from vagent_bot.audience import joined_members
-from vagent_bot.conversation import Conversations
-from vagent_bot.event_content import message_content
-from vagent_bot.schedule_runs import (
+from vagent_bot.access.audience import joined_members
+from vagent_bot.answers.event_content import message_content
+from vagent_bot.conversation.conversations import Conversations
+from vagent_bot.matrix import client as matrix
+from vagent_bot.observability import metrics
+from vagent_bot.schedules.runs import (
     RAN_RESULT,
     SKIP_SENTENCES,
     STOPPED_BY_OWNER,

@@ -23,7 +23,12 @@ from typing import Final, Literal
 import structlog
 from nio import AsyncClient, JoinedMembersResponse
 
-from vagent_bot.metrics import AUDIENCE_FALLBACKS, AUDIENCE_MEMBERS, AUDIENCE_SECONDS, AUDIENCE_UNRESOLVED
+from vagent_bot.observability.metrics import (
+    AUDIENCE_FALLBACKS,
+    AUDIENCE_MEMBERS,
+    AUDIENCE_SECONDS,
+    AUDIENCE_UNRESOLVED,
+)
 from vagent_shared.access import AcContext
 from vagent_shared.knowledge import Audience, AudienceMember
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import structlog
 from nio import AsyncClient
 
-from vagent_bot import matrix
-from vagent_bot.event_content import file_content
-from vagent_bot.question_message import FILENAME, question_message
-from vagent_bot.splitting import split_message
-from vagent_bot.streaming import Answer
-from vagent_bot.uploads import upload
+from vagent_bot.answers.event_content import file_content
+from vagent_bot.answers.question_message import FILENAME, question_message
+from vagent_bot.answers.splitting import split_message
+from vagent_bot.answers.streaming import Answer
+from vagent_bot.matrix import client as matrix
+from vagent_bot.matrix.uploads import upload
 
 log = structlog.get_logger(__name__)
 

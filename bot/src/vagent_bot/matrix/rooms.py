@@ -10,7 +10,7 @@ import structlog
 from nio import AsyncClient, MegolmEvent, RoomGetEventResponse
 from nio.exceptions import EncryptionError
 
-from vagent_bot.audience import joined_members
+from vagent_bot.access.audience import joined_members
 
 log = structlog.get_logger(__name__)
 

@@ -15,11 +15,12 @@ import time
 import structlog
 from nio import AsyncClient
 
-from vagent_bot import matrix, metrics
-from vagent_bot.edit_pacing import EditThrottle
-from vagent_bot.event_content import message_content
-from vagent_bot.rendering import progress_line
-from vagent_bot.splitting import split_message
+from vagent_bot.answers.edit_pacing import EditThrottle
+from vagent_bot.answers.event_content import message_content
+from vagent_bot.answers.rendering import progress_line
+from vagent_bot.answers.splitting import split_message
+from vagent_bot.matrix import client as matrix
+from vagent_bot.observability import metrics
 
 log = structlog.get_logger(__name__)
 TYPING_MS = 30_000

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from vagent_bot.commands import parse_command
+from vagent_bot.conversation.commands import parse_command
 from vagent_shared.readers import ResultScope
 from vagent_shared.session import SessionId
 from vagent_shared.traces import (

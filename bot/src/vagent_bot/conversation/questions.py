@@ -23,15 +23,15 @@ from typing import Any, Final, Literal, Protocol
 
 import structlog
 
-from vagent_bot import metrics
-from vagent_bot.conversation import OpenStream
-from vagent_bot.graph_client import GraphClient
-from vagent_bot.hitl_store import HitlStore
-from vagent_bot.question_message import question_message
-from vagent_bot.routing import IncomingMessage
-from vagent_bot.sessions import SessionWorkers
-from vagent_bot.spans import answer_span, carried
-from vagent_bot.streaming import Answer
+from vagent_bot.answers.question_message import question_message
+from vagent_bot.answers.streaming import Answer
+from vagent_bot.clients.graph_client import GraphClient
+from vagent_bot.conversation.conversations import OpenStream
+from vagent_bot.conversation.hitl_store import HitlStore
+from vagent_bot.conversation.routing import IncomingMessage
+from vagent_bot.conversation.sessions import SessionWorkers
+from vagent_bot.observability import metrics
+from vagent_bot.observability.spans import answer_span, carried
 from vagent_shared.access_provider import AccessResult
 from vagent_shared.audit import Decision
 from vagent_shared.audit_trail import AuditTrail

@@ -23,7 +23,7 @@ from typing import Final, Literal
 import structlog
 from redis.exceptions import RedisError
 
-from vagent_bot.commands import Command
+from vagent_bot.conversation.commands import Command
 from vagent_shared import schedule_times
 from vagent_shared.audit import Decision
 from vagent_shared.audit_trail import AuditTrail
@@ -33,7 +33,7 @@ from vagent_shared.settings import CommonSettings
 
 log = structlog.get_logger(__name__)
 
-#: The command words this module answers (vagent_bot.commands parses them).
+#: The command words this module answers (vagent_bot.conversation.commands parses them).
 SCHEDULE_COMMAND_NAMES: Final = frozenset({"schedule", "schedules", "unschedule", "timezone"})
 #: How much of a task a listing line shows.
 TASK_SHOWN_CHARS: Final = 80

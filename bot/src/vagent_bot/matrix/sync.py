@@ -25,8 +25,8 @@ from nio import AsyncClient, MegolmEvent, MessageDirection, RoomMessagesResponse
 from nio.events import Event
 from redis.asyncio import Redis
 
-from vagent_bot import metrics
-from vagent_bot.tenants import Tenants
+from vagent_bot.matrix.tenants import Tenants
+from vagent_bot.observability import metrics
 from vagent_shared import redis_keys
 from vagent_shared.settings import BotSettings
 

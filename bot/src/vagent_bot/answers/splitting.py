@@ -11,7 +11,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from vagent_bot.size_budget import MAX_TEXT_BYTES
+from vagent_bot.answers.size_budget import MAX_TEXT_BYTES
 
 #: The smallest limit split_message accepts.
 MIN_LIMIT_BYTES = 16

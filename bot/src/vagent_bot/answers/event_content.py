@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vagent_bot.rendering import clean_text, render_markdown
-from vagent_bot.size_budget import CONTENT_MAX_BYTES, content_size
+from vagent_bot.answers.rendering import clean_text, render_markdown
+from vagent_bot.answers.size_budget import CONTENT_MAX_BYTES, content_size
 
 HTML_FORMAT = "org.matrix.custom.html"
 

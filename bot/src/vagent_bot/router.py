@@ -20,20 +20,28 @@ import structlog
 from nio import AsyncClient, InviteMemberEvent
 from redis.asyncio import Redis
 
-from vagent_bot import matrix, metrics, rooms
-from vagent_bot.audience import audience_applies
-from vagent_bot.commands import parse_command
-from vagent_bot.conversation import Conversations
-from vagent_bot.hitl_store import HitlStore
-from vagent_bot.invites import invite_allowed
-from vagent_bot.questions import Questions, loggable
-from vagent_bot.routing import Decision, IncomingMessage, parse_message, session_for, should_answer
-from vagent_bot.schedule_commands import ScheduleCommands, parse_schedule_command_words
-from vagent_bot.sessions import SessionWorkers
-from vagent_bot.spans import event_span, note_message
-from vagent_bot.sync import Spawn
-from vagent_bot.why import is_why_command
-from vagent_bot.why_answers import WhyAnswers
+from vagent_bot.access.audience import audience_applies
+from vagent_bot.access.invites import invite_allowed
+from vagent_bot.conversation.commands import parse_command
+from vagent_bot.conversation.conversations import Conversations
+from vagent_bot.conversation.hitl_store import HitlStore
+from vagent_bot.conversation.questions import Questions, loggable
+from vagent_bot.conversation.routing import (
+    Decision,
+    IncomingMessage,
+    parse_message,
+    session_for,
+    should_answer,
+)
+from vagent_bot.conversation.sessions import SessionWorkers
+from vagent_bot.matrix import client as matrix
+from vagent_bot.matrix import rooms
+from vagent_bot.matrix.sync import Spawn
+from vagent_bot.observability import metrics
+from vagent_bot.observability.spans import event_span, note_message
+from vagent_bot.schedules.commands import ScheduleCommands, parse_schedule_command_words
+from vagent_bot.why.account import is_why_command
+from vagent_bot.why.answers import WhyAnswers
 from vagent_shared import redis_keys
 from vagent_shared.access_provider import AccessResult
 from vagent_shared.knowledge import Audience
@@ -116,7 +124,7 @@ class EventRouter:
         """Handle one event: its messages under transaction ids of its own (sent once even if
         it is handled again), then finished. Cancelled by a shutdown it stays unfinished, and
         the next bot takes it over; cancelled by `!stop` (or failed) it is finished. Each event
-        is the root of a trace of its own (spans.py)."""
+        is the root of a trace of its own (observability/spans.py)."""
         try:
             with event_span(kind, room_id, event_id), matrix.handling(event_id):
                 await work

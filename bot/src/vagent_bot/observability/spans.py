@@ -1,6 +1,6 @@
 """The bot's OpenTelemetry spans (docs/traces.md): one trace per Matrix event the bot handles,
 with the access check and the answer to a question inside it; the graph request joins it
-through the graph client's aiohttp trace config (`vagent_bot.http.client_tracing`), which
+through the graph client's aiohttp trace config (`vagent_bot.clients.http.client_tracing`), which
 sends the W3C `traceparent` the graph continues.
 
 Without tracing set up (vagent_shared.telemetry) these are the API's no-op spans. On a span:

@@ -1,6 +1,6 @@
 """The bot's flood control: the shared one (`vagent_shared.flood`, also used by the gateway,
 on the same Redis key so a person's Matrix and API messages count in one window) wired to the
-bot's metric (`vagent_bot_flood_rejected_total`) and logger name (`vagent_bot.flood`)."""
+bot's metric (`vagent_bot_flood_rejected_total`) and logger name (`vagent_bot.access.flood`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import structlog
 from redis.asyncio import Redis
 
-from vagent_bot import metrics
+from vagent_bot.observability import metrics
 from vagent_shared.flood import FloodControl
 
 __all__ = ["BotFloodControl"]

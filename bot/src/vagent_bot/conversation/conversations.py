@@ -24,23 +24,24 @@ import structlog
 from nio import AsyncClient
 from redis.asyncio import Redis
 
-from vagent_bot import metrics, rooms
-from vagent_bot.audience import RoomAudience, audience_applies, joined_members
-from vagent_bot.commands import help_text, parse_command
-from vagent_bot.downloads import MediaDownloader, MediaRefused
-from vagent_bot.edit_pacing import EditThrottle
-from vagent_bot.graph_client import GraphBusy, GraphClient, GraphError
-from vagent_bot.hitl_store import HitlStore
-from vagent_bot.images_out import post_image
-from vagent_bot.media import heard_line, video_refusal
-from vagent_bot.questions_out import post_question
-from vagent_bot.routing import IncomingMessage
-from vagent_bot.spans import access_span
-from vagent_bot.streaming import Answer
-from vagent_bot.tenants import Tenants
-from vagent_bot.trace_store import TraceStore, TurnIndex
-from vagent_bot.transcribe import Transcriber, TranscriptionFailed
-from vagent_bot.turn_files import TurnFiles, TurnInput
+from vagent_bot.access.audience import RoomAudience, audience_applies, joined_members
+from vagent_bot.answers.edit_pacing import EditThrottle
+from vagent_bot.answers.images_out import post_image
+from vagent_bot.answers.questions_out import post_question
+from vagent_bot.answers.streaming import Answer
+from vagent_bot.clients.graph_client import GraphBusy, GraphClient, GraphError
+from vagent_bot.clients.transcribe import Transcriber, TranscriptionFailed
+from vagent_bot.conversation.commands import help_text, parse_command
+from vagent_bot.conversation.hitl_store import HitlStore
+from vagent_bot.conversation.routing import IncomingMessage
+from vagent_bot.conversation.trace_store import TraceStore, TurnIndex
+from vagent_bot.conversation.turn_files import TurnFiles, TurnInput
+from vagent_bot.matrix import rooms
+from vagent_bot.matrix.downloads import MediaDownloader, MediaRefused
+from vagent_bot.matrix.media import heard_line, video_refusal
+from vagent_bot.matrix.tenants import Tenants
+from vagent_bot.observability import metrics
+from vagent_bot.observability.spans import access_span
 from vagent_shared import redis_keys
 from vagent_shared.access_provider import AccessProvider, AccessResult
 from vagent_shared.events import (

@@ -23,11 +23,11 @@ from typing import Any, Final
 
 import structlog
 
-from vagent_bot import rooms
-from vagent_bot.audience import DEADLINE_GRACE_SECONDS, execute_plan, joined_members, plan_audience
-from vagent_bot.conversation import Conversations
-from vagent_bot.routing import IncomingMessage, session_for
-from vagent_bot.why import (
+from vagent_bot.access.audience import DEADLINE_GRACE_SECONDS, execute_plan, joined_members, plan_audience
+from vagent_bot.conversation.conversations import Conversations
+from vagent_bot.conversation.routing import IncomingMessage, session_for
+from vagent_bot.matrix import rooms
+from vagent_bot.why.account import (
     IN_PROGRESS_NOTICE,
     MayRead,
     account,

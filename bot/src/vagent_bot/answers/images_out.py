@@ -14,9 +14,9 @@ from base64 import b64decode
 import structlog
 from nio import AsyncClient
 
-from vagent_bot import matrix
-from vagent_bot.event_content import image_content
-from vagent_bot.uploads import upload
+from vagent_bot.answers.event_content import image_content
+from vagent_bot.matrix import client as matrix
+from vagent_bot.matrix.uploads import upload
 from vagent_shared.attachments import clean_name, kind_of, sniff_mime
 from vagent_shared.events import ImageOut
 

@@ -26,8 +26,8 @@ from nio import AsyncClient
 from nio.crypto.attachments import decrypt_attachment
 from nio.exceptions import EncryptionError
 
-from vagent_bot.http import proxy_for
-from vagent_bot.media import Media, declared_size_refusal, mxc_parts, too_large, type_refusal
+from vagent_bot.clients.http import proxy_for
+from vagent_bot.matrix.media import Media, declared_size_refusal, mxc_parts, too_large, type_refusal
 from vagent_shared.attachments import Kind, sniff_mime
 from vagent_shared.http_session import LazySession
 from vagent_shared.settings import BotSettings

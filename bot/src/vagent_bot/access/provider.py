@@ -4,8 +4,8 @@ also used by the gateway) wired to the bot's Prometheus metrics and HTTP proxy.
 Why a subclass and not a copy: the layer-1 rule and its fail-closed client must exist once.
 What stays here is only what is the bot's own: its metric names
 (`vagent_bot_access_decisions_total`, `vagent_bot_acp_errors_total`,
-`vagent_bot_acp_request_seconds`), its proxy lookup (`vagent_bot.http.proxy_for`) and its
-logger name (`vagent_bot.access`, which operators' log queries know).
+`vagent_bot_acp_request_seconds`), its proxy lookup (`vagent_bot.clients.http.proxy_for`) and its
+logger name (`vagent_bot.access.provider`, which operators' log queries know).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Final
 import aiohttp
 import structlog
 
-from vagent_bot.http import proxy_for
-from vagent_bot.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
+from vagent_bot.clients.http import proxy_for
+from vagent_bot.observability.metrics import ACCESS, ACP_ERRORS, ACP_SECONDS
 from vagent_shared.access_provider import AUTHENTICATE_PATH, AccessProvider, AccessResult, ProviderMetrics
 from vagent_shared.audit_trail import AuditTrail
 from vagent_shared.settings import BotSettings

@@ -1,0 +1,1 @@
+"""Scheduled tasks: the `!schedule` commands, the scheduler loop and the record of each run."""

@@ -1,0 +1,1 @@
+"""🔍 / `!why`: the asker's account of how an answer came about."""
