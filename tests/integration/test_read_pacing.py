@@ -1,0 +1,130 @@
+"""A model's streamed answer is read from its socket once per window once its first visible
+text is out (models/read_pacing.py), over real sockets and httpx's own transport: chunks come
+in bursts a window apart, the first at once, every byte in order; nothing is paced outside a
+paced call, before the first visible text, or in another task's call on the same client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx2
+import pytest
+
+from vagent_graph.models.read_pacing import PacedTransport, paced_reads
+
+#: 40 pieces, 20 ms apart: about 0.8 s of streaming.
+PIECES = [f"data: piece-{i:02d}\n\n".encode() for i in range(40)]
+GAP = 0.02
+WINDOW = 0.1
+
+
+@dataclass
+class Answer:
+    """What the model node's AnswerStream tells the reads: the window, and whether visible
+    text went out (here: once the first piece was read, unless `shows_text` is False)."""
+
+    window: float
+    shows_text: bool = True
+    pieces_seen: int = 0
+
+    @property
+    def shown(self) -> bool:
+        return self.shows_text and self.pieces_seen > 0
+
+
+@pytest.fixture
+async def model_url() -> AsyncIterator[str]:
+    """A plain HTTP/1.1 server streaming PIECES as chunked transfer, GAP apart."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in PIECES:
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(GAP)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+async def read_all(client: httpx2.AsyncClient, url: str, answer: Answer | None) -> tuple[bytes, list[float]]:
+    """The body, and when each of its pieces came (seconds after the response started)."""
+    body, times = b"", []
+    with paced_reads(answer):
+        async with client.stream("POST", url, json={"stream": True}) as response:
+            start = time.monotonic()
+            async for raw in response.aiter_raw():
+                body += raw
+                times.append(time.monotonic() - start)
+                if answer is not None:
+                    answer.pieces_seen += 1
+    return body, times
+
+
+def bursts(times: list[float]) -> int:
+    """How many times the reader waited for the socket: pieces read together arrive within
+    a few milliseconds of each other."""
+    return 1 + sum(b - a > 0.01 for a, b in zip(times, times[1:], strict=False))
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(transport=PacedTransport(), timeout=30) as c:
+        yield c
+
+
+async def test_after_the_first_text_the_socket_is_read_once_per_window(
+    client: httpx2.AsyncClient, model_url: str
+) -> None:
+    unpaced, plain_times = await read_all(client, model_url, None)
+    paced, times = await read_all(client, model_url, Answer(WINDOW))
+    print(f"\n{len(PIECES)} pieces: {bursts(plain_times)} reads unpaced, {bursts(times)} paced")
+    assert paced == unpaced == b"".join(PIECES)  # every byte, in order
+    assert bursts(plain_times) >= len(PIECES) / 2  # unpaced: about a read per piece
+    assert bursts(times) <= times[-1] / WINDOW + 2  # paced: a read per window, several pieces each
+    assert times[0] < 0.05  # the first piece is read as it comes: not held for a window
+
+
+async def test_nothing_is_paced_before_visible_text_or_outside_a_paced_call(
+    client: httpx2.AsyncClient, model_url: str
+) -> None:
+    """Thinking or a tool call's arguments (no visible text), and any call the model node
+    does not pace: every piece is read as it comes."""
+    for answer in (Answer(WINDOW, shows_text=False), Answer(0.0), None):
+        body, times = await read_all(client, model_url, answer)
+        assert body == b"".join(PIECES)
+        assert bursts(times) >= len(PIECES) / 2, answer
+
+
+async def test_a_paced_call_does_not_pace_another_tasks_call_on_the_same_client(
+    client: httpx2.AsyncClient, model_url: str
+) -> None:
+    (_, paced), (_, plain) = await asyncio.gather(
+        read_all(client, model_url, Answer(WINDOW)), read_all(client, model_url, None)
+    )
+    assert bursts(paced) <= paced[-1] / WINDOW + 2
+    assert bursts(plain) >= len(PIECES) / 2
+
+
+async def test_a_paced_wait_is_cancelled_at_once(client: httpx2.AsyncClient, model_url: str) -> None:
+    """`!stop` cancels the model call: a read waiting out its window does not hold it up."""
+    answer = Answer(window=30.0)
+    task = asyncio.create_task(read_all(client, model_url, answer))
+    while answer.pieces_seen < 1:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 1.0
