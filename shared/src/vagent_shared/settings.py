@@ -79,8 +79,10 @@ class GraphSettings(CommonSettings):
     #: Text chunks after the first wait up to this long to share one SSE write (0: none wait).
     SSE_FLUSH_INTERVAL_MS: int = Field(default=50, ge=0, le=1000)
     #: The answer's text after its first piece leaves the model node once per window, as one
-    #: `text_chunk` (0: one event per model chunk). The first text is never held.
-    STREAM_COALESCE_MS: int = Field(default=40, ge=0, le=1000)
+    #: `text_chunk` (0: one event per model chunk), and the model's socket is read once per
+    #: window (models/read_pacing.py). The first text is never held. 100 ms: below what a
+    #: reader notices and the bot's edit pacing, ~30% less graph CPU than 40 (bench/README.md).
+    STREAM_COALESCE_MS: int = Field(default=100, ge=0, le=1000)
     #: A stream silent this long gets a keep-alive comment (proxies close idle connections).
     SSE_KEEPALIVE_SECONDS: float = Field(default=15.0, gt=0)
 

@@ -28,10 +28,15 @@ def metered_http_client() -> DefaultAsyncHttpxClient:
     event hooks: every attempt the SDK sends, its retries included, is held for before it
     goes and charged once answered (docs/budgets.md). Each attempt also restarts the stall
     guard's wait for the first chunk (stall_guard.py). Outside a call they do nothing."""
-    from openai import DefaultAsyncHttpxClient
+    from openai import DEFAULT_CONNECTION_LIMITS, DefaultAsyncHttpxClient
+
+    from vagent_graph.models.read_pacing import PacedTransport
 
     hooks = {"request": [on_request, on_attempt], "response": [on_response, on_attempt]}
-    return DefaultAsyncHttpxClient(event_hooks=hooks)
+    # httpx's own transport with the SDK's pool limits, reading the answer paced once its
+    # first text is out (read_pacing.py)
+    transport = PacedTransport(limits=DEFAULT_CONNECTION_LIMITS)
+    return DefaultAsyncHttpxClient(event_hooks=hooks, transport=transport)
 
 
 def stall_limit(llm: BaseChatModel) -> float | None:

@@ -24,6 +24,7 @@ connection's stream (`PacedStream`). A request through a proxy uses httpx's prox
 and is simply not paced.
 """
 
+# ruff: noqa: ASYNC109  (the `timeout` parameters are httpcore's network interface, not ours)
 from __future__ import annotations
 
 import asyncio

@@ -121,6 +121,16 @@ class AnswerStream(BaseCallbackHandler):
                 self._thinking_sent = True
                 self._write({"type": "thinking"})
 
+    @property
+    def window(self) -> float:
+        """Seconds between two sends of the text (models/read_pacing.py paces reads by it)."""
+        return self._coalescer.window
+
+    @property
+    def shown(self) -> bool:
+        """Visible text has gone out (from then on, the model's socket is read paced)."""
+        return self._coalescer.shown
+
     def close(self) -> None:
         """The call ended (answered, failed or cancelled): send what is held."""
         self._send(self._coalescer.flush(time.monotonic(), last=True))

@@ -45,6 +45,7 @@ from vagent_graph.memory.recall import (
 )
 from vagent_graph.memory.rules import union_scope
 from vagent_graph.models.llm import stall_limit
+from vagent_graph.models.read_pacing import paced_reads
 from vagent_graph.models.reasoning import without_reasoning
 from vagent_graph.models.stall_guard import StallGuard
 from vagent_graph.models.text import text_of
@@ -334,7 +335,8 @@ class Workflow:
             with llm_span(deps.model_label, deps.llm, prompt, len(tools)) as span:
                 try:  # `stream`: the chunks are streamed (and seen by AnswerStream) by any model
                     async with guard:
-                        ai: AIMessage = await model.ainvoke(prompt, config, stream=stream is not None)
+                        with paced_reads(stream):  # once its text is out, read once per window
+                            ai: AIMessage = await model.ainvoke(prompt, config, stream=stream is not None)
                 finally:
                     if stream is not None:
                         stream.close()  # what is held goes out, however the call ended
@@ -476,8 +478,8 @@ def run_config(
     coalesce_ms: int | None = None,
 ) -> RunnableConfig:
     """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
-    turn (observability/recorder.py), and a bound on the steps of one run. The audience and the recorder travel
-    in the config, not the state, so no checkpoint keeps other people's ids or roles (the
+    turn (observability/recorder.py), and a bound on the steps of one run. The audience and
+    the recorder travel in the config, not the state, so no checkpoint keeps other people's ids or roles (the
     audience is sent again with every request, answers too) and no checkpoint holds a trace
     (LangGraph copies only plain str/number config values into a checkpoint's metadata).
     `coalesce_ms`: STREAM_COALESCE_MS (None: its default)."""
