@@ -37,18 +37,19 @@ class Answer:
         return self.shows_text and self.pieces_seen > 0
 
 
-@pytest.fixture
-async def model_url() -> AsyncIterator[str]:
-    """A plain HTTP/1.1 server streaming PIECES as chunked transfer, GAP apart."""
+async def serve(gap: float) -> AsyncIterator[str]:
+    """A plain HTTP/1.1 server streaming PIECES as chunked transfer, `gap` apart (0: the
+    first piece, then all the others in one write, as a fast model or a cache sends)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while (await reader.readline()) not in (b"\r\n", b""):
             pass
         writer.write(HEAD)
-        for piece in PIECES:
+        for i, piece in enumerate(PIECES):
             writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-            await writer.drain()
-            await asyncio.sleep(GAP)
+            if gap or i == 0:
+                await writer.drain()
+                await asyncio.sleep(gap)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         writer.close()
@@ -57,6 +58,18 @@ async def model_url() -> AsyncIterator[str]:
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+@pytest.fixture
+async def model_url() -> AsyncIterator[str]:
+    async for url in serve(GAP):
+        yield url
+
+
+@pytest.fixture
+async def burst_url() -> AsyncIterator[str]:
+    async for url in serve(0.0):
+        yield url
 
 
 async def read_all(client: httpx2.AsyncClient, url: str, answer: Answer | None) -> tuple[bytes, list[float]]:
@@ -116,6 +129,16 @@ async def test_a_paced_call_does_not_pace_another_tasks_call_on_the_same_client(
     )
     assert bursts(paced) <= paced[-1] / WINDOW + 2
     assert bursts(plain) >= len(PIECES) / 2
+
+
+async def test_a_burst_already_in_the_kernel_is_read_at_once(
+    client: httpx2.AsyncClient, burst_url: str
+) -> None:
+    """A fast model (or the end of an answer sent at once): the bytes are there, so the read
+    does not wait out the window (which would only delay the answer's end)."""
+    body, times = await read_all(client, burst_url, Answer(window=2.0))
+    assert body == b"".join(PIECES)
+    assert times[-1] < 1.0  # not one 2-second window later
 
 
 async def test_a_paced_wait_is_cancelled_at_once(client: httpx2.AsyncClient, model_url: str) -> None:

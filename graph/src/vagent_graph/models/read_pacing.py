@@ -8,8 +8,9 @@ what that costs and what this saves). Once the answer's first visible text is ou
 person gets the rest once per window anyway (AnswerStream), so nothing is gained by reading
 faster: before each socket read the call waits out the window, and the read takes what the
 kernel buffered meanwhile (anyio pauses reading between receives): one wake-up for several
-chunks. Each chunk is still parsed, seen by LangChain, the usage meter and the stall guard,
-in order.
+chunks. When the kernel already holds bytes (a burst: a fast model, the end of an answer sent
+at once), the read happens at once: waiting would only delay what is there. Each chunk is
+still parsed, seen by LangChain, the usage meter and the stall guard, in order.
 
 What does not change: the first text is read and sent the moment it arrives (nothing is
 paced before visible text, so thinking and tool-call-only replies are read as they come); a
@@ -28,7 +29,10 @@ and is simply not paced.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ssl
+import sys
+import termios
 import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -77,7 +81,7 @@ class PacedStream(httpcore2.AsyncNetworkStream):
         if paced is not None and paced.shown and paced.window > 0:
             loop = asyncio.get_running_loop()
             wait = self._last_read + paced.window - loop.time()
-            if wait > 0:
+            if wait > 0 and not self._bytes_waiting():  # a burst already here is read at once
                 await asyncio.sleep(wait)
             data = await self._inner.read(max_bytes, timeout)
             self._last_read = loop.time()
@@ -86,6 +90,18 @@ class PacedStream(httpcore2.AsyncNetworkStream):
         if paced is not None:
             self._last_read = asyncio.get_running_loop().time()
         return data
+
+    def _bytes_waiting(self) -> bool:
+        """The kernel holds bytes of this connection already (FIONREAD): the model sent a
+        burst (a fast or cached answer, the end of one), so waiting would only delay it."""
+        sock = self._inner.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            count = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except (OSError, ValueError):
+            return False
+        return int.from_bytes(count, sys.byteorder, signed=True) > 0
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         await self._inner.write(buffer, timeout)
