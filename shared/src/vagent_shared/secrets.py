@@ -80,9 +80,11 @@ def _labelled_value(part: str) -> bool:
     """The value next to a `key`/`token` label: letters and digits as above, but since the label
     already says what it is, a random hex value with many repeats (`9c55659c5565493f`, entropy
     2.48) or all digits still counts. Without this, one random 16-hex key in ~600 slipped."""
-    return len(part) >= 8 and any(c.isdigit() for c in part) and (
-        _randomish(part)
-        or (_entropy(part) >= 2.0 and (any(c.isalpha() for c in part) or len(part) >= 12))
+    return (
+        len(part) >= 8
+        and any(c.isdigit() for c in part)
+        and (any(c.isalpha() for c in part) or len(part) >= 12)
+        and _entropy(part) >= 2.0
     )
 
 

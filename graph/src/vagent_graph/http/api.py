@@ -72,15 +72,13 @@ def sse(turn: Turn) -> EventSourceResponse:
     becomes a keep-alive comment."""
 
     async def frames() -> AsyncIterator[bytes]:
-        try:
-            async with contextlib.aclosing(turn.stream()) as batches:
-                async for batch in batches:
-                    if not batch:  # nothing to say for a while: keep proxies from timing out
-                        yield b": keep-alive\r\n\r\n"
-                        continue
-                    yield b"".join(_frame(ev) for ev in batch)
-        finally:  # a client gone mid-stream: the turn ends even so (shielded, once)
-            await turn.close()
+        # closing the stream ends the turn (Turn.stream), also when the client went away
+        async with contextlib.aclosing(turn.stream()) as batches:
+            async for batch in batches:
+                if not batch:  # nothing to say for a while: keep proxies from timing out
+                    yield b": keep-alive\r\n\r\n"
+                    continue
+                yield b"".join(_frame(ev) for ev in batch)
 
     return EventSourceResponse(
         frames(),

@@ -78,17 +78,15 @@ class PacedStream(httpcore2.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         paced = _PACED.get()
-        if paced is not None and paced.shown and paced.window > 0:
-            loop = asyncio.get_running_loop()
+        if paced is None:
+            return await self._inner.read(max_bytes, timeout)
+        loop = asyncio.get_running_loop()
+        if paced.shown and paced.window > 0:
             wait = self._last_read + paced.window - loop.time()
             if wait > 0 and not self._bytes_waiting():  # a burst already here is read at once
                 await asyncio.sleep(wait)
-            data = await self._inner.read(max_bytes, timeout)
-            self._last_read = loop.time()
-            return data
         data = await self._inner.read(max_bytes, timeout)
-        if paced is not None:
-            self._last_read = asyncio.get_running_loop().time()
+        self._last_read = loop.time()
         return data
 
     def _bytes_waiting(self) -> bool:

@@ -5,9 +5,9 @@ away (client disconnect), the task is cancelled and awaited, which also cancels
 the LLM request (LangGraph alone keeps running: langgraph#6775, #8302).
 
 The answer's text reaches the stream through LangGraph's custom stream, coalesced in the
-model node (`AnswerStream`, outbox.Coalescer): one `text` item per STREAM_COALESCE_MS window,
-not one LangGraph `messages` item per model chunk (the model call is tagged `nostream`, and
-the run does not ask for `messages`).
+model node (workflow/answer_stream.py: `AnswerStream`, `Coalescer`): one `text` item per
+STREAM_COALESCE_MS window, not one LangGraph `messages` item per model chunk (the model call
+is tagged `nostream`, and the run does not ask for `messages`).
 """
 
 from __future__ import annotations

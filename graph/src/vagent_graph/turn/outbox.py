@@ -9,9 +9,10 @@ whatever waits with it. Every event keeps its own SSE frame: only the number of 
 changes, never the events.
 
 Fewer events too: the model node hands the answer's text to the stream coalesced
-(`Coalescer`): the first visible text at once, later text once per STREAM_COALESCE_MS window,
-so one `text_chunk` carries all the model chunks of its window (bench/README.md: per model
-chunk, an event built, mapped, queued and encoded was most of the graph's CPU per turn).
+(workflow/answer_stream.py, `Coalescer`): the first visible text at once, later text once
+per STREAM_COALESCE_MS window, so one `text_chunk` carries all the model chunks of its window
+(bench/README.md: per model chunk, an event built, mapped, queued and encoded was most of the
+graph's CPU per turn).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import structlog
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
@@ -232,7 +233,7 @@ def _config(
     audience: Audience | None,
     recorder: TurnRecorder,
     audience_unchecked: bool,
-) -> Any:
+) -> RunnableConfig:
     return run_config(
         session_id,
         audience,
