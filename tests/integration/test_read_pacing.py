@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import httpx2
 import pytest
 
-from vagent_graph.models.read_pacing import PacedTransport, paced_reads
+from vagent_graph.models.listener import listening
+from vagent_graph.models.read_pacing import PacedTransport
 
 #: 40 pieces, 20 ms apart: about 0.8 s of streaming.
 PIECES = [f"data: piece-{i:02d}\n\n".encode() for i in range(40)]
@@ -75,7 +76,7 @@ async def burst_url() -> AsyncIterator[str]:
 async def read_all(client: httpx2.AsyncClient, url: str, answer: Answer | None) -> tuple[bytes, list[float]]:
     """The body, and when each of its pieces came (seconds after the response started)."""
     body, times = b"", []
-    with paced_reads(answer):
+    with listening(answer):  # type: ignore[arg-type]  # only window and shown are read
         async with client.stream("POST", url, json={"stream": True}) as response:
             start = time.monotonic()
             async for raw in response.aiter_raw():

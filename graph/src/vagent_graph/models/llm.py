@@ -52,10 +52,12 @@ def make_chat_model(settings: GraphSettings, agent: AgentDescriptor) -> BaseChat
     if not (settings.OPENAI_BASE_URL or settings.OPENAI_API_KEY):
         return OfflineChatModel()
     from vagent_graph.models.lean_openai import PlainChatCompletions
-    from vagent_graph.models.reasoning import ThinkingChatOpenAI
+    from vagent_graph.models.lean_stream import LeanStreamChatOpenAI
 
     key = settings.OPENAI_API_KEY.get_secret_value() if settings.OPENAI_API_KEY else "not-needed"
-    chat = ThinkingChatOpenAI(  # ChatOpenAI, noting reasoning deltas (reasoning.py)
+    # ChatOpenAI, noting reasoning deltas (reasoning.py), whose streamed answer reaches the
+    # model node's AnswerStream as deltas and LangChain as one chunk (lean_stream.py)
+    chat = LeanStreamChatOpenAI(
         model=model_name(settings, agent),
         base_url=settings.OPENAI_BASE_URL,
         api_key=key,  # type: ignore[arg-type]

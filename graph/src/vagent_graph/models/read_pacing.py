@@ -18,7 +18,7 @@ wait is at most one window (far below LLM_TIMEOUT_SECONDS); `!stop` cancels the 
 other await; a call outside a model node (embeddings, a test's bare model) is never paced.
 
 How: the model node says, for the call it makes, how long the window is and whether visible
-text went out (`paced_reads(stream)`, a ContextVar set in the node's task, where httpcore
+text went out (its listener, listener.py: a ContextVar set in the node's task, where httpcore
 reads the socket). httpcore reads through a network backend (its documented extension
 point); `PacedTransport` gives the model's HTTP client's connection pool one that wraps each
 connection's stream (`PacedStream`). A request through a proxy uses httpx's proxy transport
@@ -34,38 +34,13 @@ import ssl
 import sys
 import termios
 import typing
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 import httpcore2
 import httpx2
 
-
-class Paced(Protocol):
-    """The model call's answer stream, as the reads need it (AnswerStream)."""
-
-    @property
-    def window(self) -> float:
-        """Seconds between two sends of the answer's text (STREAM_COALESCE_MS)."""
-
-    @property
-    def shown(self) -> bool:
-        """Visible text has gone out: from now on, reads are paced."""
-
-
-_PACED: ContextVar[Paced | None] = ContextVar("vagent_read_pacing", default=None)
-
-
-@contextmanager
-def paced_reads(paced: Paced | None) -> Iterator[None]:
-    """Within this block (one model call, in this task), the model's socket is read paced."""
-    token = _PACED.set(paced)
-    try:
-        yield
-    finally:
-        _PACED.reset(token)
+from vagent_graph.models.listener import current_listener
 
 
 class PacedStream(httpcore2.AsyncNetworkStream):
@@ -77,7 +52,7 @@ class PacedStream(httpcore2.AsyncNetworkStream):
         self._last_read = 0.0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        paced = _PACED.get()
+        paced = current_listener()
         if paced is None:
             return await self._inner.read(max_bytes, timeout)
         loop = asyncio.get_running_loop()

@@ -140,6 +140,9 @@ def _delta_reasons(chunk: dict[str, Any]) -> bool:
     if not choices or not isinstance(choices[0], dict):
         return False
     delta = choices[0].get("delta")
-    if not isinstance(delta, dict):
-        return False
+    return isinstance(delta, dict) and delta_reasons(delta)
+
+
+def delta_reasons(delta: dict[str, Any]) -> bool:
+    """A streamed delta carries reasoning (its text is never kept)."""
     return any(isinstance(delta.get(k), str) and delta[k] for k in ("reasoning_content", "reasoning"))

@@ -58,7 +58,7 @@ class TurnRecorder:
         """Continue a stored trace: its time so far counts into the total."""
         return cls(trace=trace, _prior_ms=trace.total_ms)
 
-    # ---- fed by the stream (AnswerStream, turn/events.py EventMapper) ---------------
+    # ---- fed by the stream (turn/events.py EventMapper) ----------------------------------
     def chunk_seen(self, message_id: str | None) -> None:
         """A model call's first streamed chunk (text or tool call): its time to first token."""
         if message_id and message_id not in self._first_chunk:
@@ -70,11 +70,14 @@ class TurnRecorder:
             self.trace.first_token_ms = _ms(time.perf_counter() - self.started) + self._prior_ms
 
     # ---- fed by the nodes -----------------------------------------------------------------
-    def llm_call(self, model: str, ai: AIMessage, started: float, ended: float) -> LlmCallTrace:
-        """A finished model call, with the usage the provider reported."""
+    def llm_call(
+        self, model: str, ai: AIMessage, started: float, ended: float, *, first_chunk: float | None = None
+    ) -> LlmCallTrace:
+        """A finished model call, with the usage the provider reported; `first_chunk`: when its
+        first chunk came (perf_counter), else as the stream saw it (`chunk_seen`)."""
         usage = ai.usage_metadata
         meta = ai.response_metadata or {}
-        first = self._first_chunk.get(ai.id or "")
+        first = first_chunk if first_chunk is not None else self._first_chunk.get(ai.id or "")
         call = LlmCallTrace(
             model=str(meta.get("model_name") or meta.get("model") or model),
             purpose="tools" if ai.tool_calls else "answer",

@@ -17,7 +17,6 @@ from langgraph.types import StreamWriter
 
 from vagent_graph.models.reasoning import REASONING_MARK, ThinkFilter
 from vagent_graph.models.text import text_of
-from vagent_graph.observability.recorder import TurnRecorder
 
 
 @dataclass
@@ -74,18 +73,20 @@ class AnswerStream(BaseCallbackHandler):
     `{"type": "thinking"}` (the model reasons before any visible text; once).
 
     A callback handler on the call (inline: no task, no thread per chunk) so the call stays
-    `ainvoke` and LangChain builds the AIMessage for the checkpoint once, at its end. The
+    `ainvoke` and LangChain builds the AIMessage for the checkpoint once, at its end. An
+    OpenAI-compatible model gives it each chunk as a plain `delta` (models/lean_stream.py);
+    the offline model's chunks come through `on_llm_new_token`. The
     caller must `close()` it however the call ends: what is held is sent then.
     `last_chunk`: when the last chunk came (time.monotonic), for the call's StallGuard."""
 
     run_inline = True
 
-    def __init__(self, write: StreamWriter, window: float, turn: TurnRecorder | None = None) -> None:
+    def __init__(self, write: StreamWriter, window: float) -> None:
         self.last_chunk = time.monotonic()
+        #: When the first chunk came (time.perf_counter): the call's time to first token.
+        self.first_chunk: float | None = None
         self._write = write
         self._coalescer = Coalescer(window)
-        self._turn = turn
-        self._first = True
         self._thinking_sent = False
         self._last: object = None
 
@@ -99,27 +100,37 @@ class AnswerStream(BaseCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """A streamed chunk (its message: text, tool call pieces, a reasoning mark)."""
+        """A streamed chunk from LangChain's per-chunk path (the offline model, or a call
+        models/lean_stream.py leaves to langchain-openai)."""
         if not isinstance(chunk, ChatGenerationChunk) or chunk is self._last:
-            return  # the same chunk told twice (a model that reports its own tokens too)
+            return  # the same chunk told twice, or the whole answer already given by deltas
         self._last = chunk
-        self.last_chunk = now = time.monotonic()  # all the stall guard needs per chunk
         message = chunk.message
-        if self._first:
-            self._first = False
-            if self._turn is not None:  # the call's time to first token (traces)
-                self._turn.chunk_seen(message.id)
-        if isinstance(message, AIMessageChunk) and message.tool_call_chunks:
-            self._send(self._coalescer.flush(now))  # the text before the tool call, now
         content = message.content
-        text = content if isinstance(content, str) else text_of(message)
-        if text:
-            self._send(self._coalescer.feed(text, now))
+        self.delta(
+            content if isinstance(content, str) else text_of(message),
+            tool_call=isinstance(message, AIMessageChunk) and bool(message.tool_call_chunks),
+            reasoning=bool(message.additional_kwargs.get(REASONING_MARK)),
+        )
+
+    def delta(self, text: str, *, tool_call: bool, reasoning: bool) -> None:
+        """One model chunk (models/listener.py's AnswerListener): its visible text, whether
+        a tool call starts or goes on in it, whether the model reasons in it."""
+        self.last_chunk = now = time.monotonic()  # all the stall guard needs per chunk
+        if self.first_chunk is None:
+            self.first_chunk = time.perf_counter()
         coalescer = self._coalescer
-        if not coalescer.shown and not self._thinking_sent:
-            if coalescer.thinking or message.additional_kwargs.get(REASONING_MARK):
-                self._thinking_sent = True
-                self._write({"type": "thinking"})
+        if tool_call:
+            self._send(coalescer.flush(now))  # the text before the tool call, now
+        if text:
+            self._send(coalescer.feed(text, now))
+        if not coalescer.shown and not self._thinking_sent and (coalescer.thinking or reasoning):
+            self._thinking_sent = True
+            self._write({"type": "thinking"})
+
+    def told(self, chunk: ChatGenerationChunk) -> None:
+        """`chunk` holds the whole answer, already given by `delta`: on_llm_new_token skips it."""
+        self._last = chunk
 
     @property
     def window(self) -> float:

@@ -44,8 +44,8 @@ from vagent_graph.memory.recall import (
     with_remembered,
 )
 from vagent_graph.memory.rules import union_scope
+from vagent_graph.models.listener import listening
 from vagent_graph.models.llm import stall_limit
-from vagent_graph.models.read_pacing import paced_reads
 from vagent_graph.models.reasoning import without_reasoning
 from vagent_graph.models.stall_guard import StallGuard
 from vagent_graph.models.text import text_of
@@ -335,7 +335,9 @@ class Workflow:
             with llm_span(deps.model_label, deps.llm, prompt, len(tools)) as span:
                 try:  # `stream`: the chunks are streamed (and seen by AnswerStream) by any model
                     async with guard:
-                        with paced_reads(stream):  # once its text is out, read once per window
+                        # its chunks reach `stream` as deltas (lean_stream.py); once its text
+                        # is out, the model's socket is read once per window (read_pacing.py)
+                        with listening(stream):
                             ai: AIMessage = await model.ainvoke(prompt, config, stream=stream is not None)
                 finally:
                     if stream is not None:
@@ -347,7 +349,8 @@ class Workflow:
         metrics.LLM_CALLS.labels(deps.model_label, "ok").inc()
         turn = turn_of(config)
         if turn is not None:
-            turn.llm_call(deps.model_label, ai, started, time.perf_counter())
+            first = stream.first_chunk if stream is not None else None
+            turn.llm_call(deps.model_label, ai, started, time.perf_counter(), first_chunk=first)
         if ai.usage_metadata:
             metrics.LLM_TOKENS.labels(deps.model_label, "input").inc(ai.usage_metadata["input_tokens"])
             metrics.LLM_TOKENS.labels(deps.model_label, "output").inc(ai.usage_metadata["output_tokens"])
@@ -517,7 +520,7 @@ def answer_stream(config: RunnableConfig) -> AnswerStream | None:
         return None
     found = config.get("configurable", {}).get(_WINDOW_KEY)
     window = found.seconds if isinstance(found, StreamWindow) else DEFAULT_COALESCE
-    return AnswerStream(write, window, turn_of(config))
+    return AnswerStream(write, window)
 
 
 def session_of(config: RunnableConfig) -> str:
