@@ -33,7 +33,7 @@ def text(piece: str, **extra: Any) -> dict[str, Any]:
 
 def call(
     index: int | None, *, id: str | None = None, name: str | None = None, args: str | None = None
-) -> dict:
+) -> dict[str, Any]:
     raw: dict[str, Any] = {"function": {}}
     if index is not None:
         raw["index"] = index
@@ -138,6 +138,11 @@ class _Completions:
 
 
 class _Listener:
+    """A listener that records what it is told (the reads are not paced: nothing is shown)."""
+
+    window = 0.0
+    shown = False
+
     def __init__(self) -> None:
         self.deltas: list[tuple[str, bool, bool]] = []
         self.told_chunks: list[ChatGenerationChunk] = []

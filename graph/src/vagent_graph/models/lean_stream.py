@@ -174,8 +174,8 @@ class LeanStreamChatOpenAI(ThinkingChatOpenAI):
             response = await self.async_client.create(**payload)
             async with response:
                 async for raw in response:
-                    chunk = raw if isinstance(raw, dict) else raw.model_dump()
-                    text, tool_call, reasoning = merger.feed(chunk)
+                    data: dict[str, Any] = raw if isinstance(raw, dict) else raw.model_dump()
+                    text, tool_call, reasoning = merger.feed(data)
                     listener.delta(text, tool_call=tool_call, reasoning=reasoning)
         except openai.BadRequestError as e:
             _handle_openai_bad_request(e)
