@@ -2,7 +2,7 @@
 control provider slow or down, the model endpoint failing before or during its stream.
 
 Everything is a real process on 127.0.0.1 (tests/e2e/conftest.py); every test is bounded by
-its own timeout. `make test` kills the bot over 60 messages; `make soak` (marker `soak`) runs
+its own timeout. `make test` kills the bot over 45 messages; `make soak` (marker `soak`) runs
 the same scenario longer (SOAK_MESSAGES, 500 by default).
 """
 
@@ -169,7 +169,7 @@ def main_bot_down(stack: Stack) -> Iterator[None]:
 async def test_bot_killed_at_random_answers_every_message_exactly_once(
     stack: Stack, humans: Login, llm: ScriptedLLMServer, main_bot_down: None
 ) -> None:
-    result = await kill_soak(stack, humans, llm, messages=60, seed=14, kill_every=(0.5, 1.5))
+    result = await kill_soak(stack, humans, llm, messages=45, seed=14, kill_every=(0.5, 1.5))
     assert result.kills >= 5, result.summary()
 
 
