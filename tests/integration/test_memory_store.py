@@ -312,6 +312,50 @@ async def test_a_message_s_question_is_embedded_when_it_arrives_and_only_once(re
     await store.aclose()
 
 
+async def test_recall_takes_the_count_from_the_message_s_prefetch_and_only_its_askers(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prefetch counted the asker's memories: recall does not ask Redis again (one round
+    trip less per turn). Another asker's prefetch, or one whose count failed, is not used."""
+    store = MemoryStore(redis, RecordingEmbedder())
+    await store.setup()
+    alice, bob = ac("@a:x.org", [], domain="acme"), ac("@b:x.org", [], domain="acme")
+    for n, text in enumerate((*UNRELATED, TEA)):
+        await store.add(memory("@a:x.org", text, n), POLICY)
+    memories = Memories(store, POLICY.model_copy(update={"recall_k": 2}), Services())
+    counted: list[str] = []
+    real_count = store.count
+
+    async def count(owner: str, domain: str) -> int:
+        counted.append(owner)
+        return await real_count(owner, domain)
+
+    monkeypatch.setattr(store, "count", count)
+    prefetched = memories.prefetch(alice, "what do I drink?")
+    assert prefetched is not None
+    found = await memories.recall(Readership(alice, None), "", "what do I drink?", prefetched=prefetched)
+    assert found.memories[0].text == TEA
+    assert counted == ["@a:x.org"]  # once, by the prefetch
+
+    counted.clear()  # bob's message prefetched, alice's recall (never mixed up): alice counted
+    found = await memories.recall(
+        Readership(alice, None), "", "what do I drink?", prefetched=memories.prefetch(bob, "hi")
+    )
+    assert found.memories[0].text == TEA
+    assert sorted(counted) == ["@a:x.org", "@b:x.org"]
+
+    async def failing(owner: str, domain: str) -> int:
+        raise ConnectionError("redis went away")
+
+    monkeypatch.setattr(store, "count", failing)
+    broken = memories.prefetch(alice, "what do I drink?")
+    monkeypatch.setattr(store, "count", count)
+    counted.clear()
+    found = await memories.recall(Readership(alice, None), "", "what do I drink?", prefetched=broken)
+    assert found.memories[0].text == TEA and counted == ["@a:x.org"]  # asked again
+    await store.aclose()
+
+
 async def test_no_question_is_embedded_for_someone_with_few_memories(redis: Redis) -> None:
     """At most recall_k memories: all are candidates, so neither the message's arrival nor
     recall embeds the question."""

@@ -31,6 +31,16 @@ MIN_PAGE = 10
 
 
 @dataclass(frozen=True)
+class Prefetch:
+    """What `prefetch` started for a message: how many memories its asker has (None: the
+    count failed), which recall then need not ask again."""
+
+    owner: str
+    domain: str
+    count: asyncio.Task[int | None]
+
+
+@dataclass(frozen=True)
 class Refused:
     """A memory that was not stored, and why (a short reason the user reads)."""
 
@@ -62,7 +72,7 @@ class Memories:
         #: The audit trail is looked up here, when used (Services is complete by then).
         self.services = services
         #: Questions' embeddings being started (a task is kept until it ends).
-        self._prefetching: set[asyncio.Task[None]] = set()
+        self._prefetching: set[asyncio.Task[int | None]] = set()
 
     # ---- writing -------------------------------------------------------------------------
     async def write(
@@ -121,29 +131,51 @@ class Memories:
         return memory
 
     # ---- recall --------------------------------------------------------------------------
-    def prefetch(self, ac: AcContext, question: str) -> None:
-        """A message arrived: start embedding its question now, while the session's lock,
-        its checkpoint and the graph's start are awaited, when recall will rank (the asker
-        has more than `recall_k` memories). Returns at once; recall finds the vector ready
-        or in flight (bench-memory: the embedding is most of recall's cost)."""
+    def prefetch(self, ac: AcContext, question: str) -> Prefetch | None:
+        """A message arrived: count the asker's memories and, when recall will rank (more
+        than `recall_k`), start embedding the question now, while the session's lock, its
+        checkpoint and the graph's start are awaited. Returns at once; recall takes the count
+        from here (one Redis round trip less) and finds the vector ready or in flight
+        (bench-memory: the embedding is most of recall's cost)."""
         if not self.policy.recall_k or not question.strip() or not ac.user_id:
-            return
+            return None
         task = asyncio.create_task(self._prefetch(ac, question), name="memory-prefetch")
         self._prefetching.add(task)
         task.add_done_callback(self._prefetching.discard)
+        return Prefetch(ac.user_id, ac.active_acl_domain, task)
 
-    async def _prefetch(self, ac: AcContext, question: str) -> None:
+    async def _prefetch(self, ac: AcContext, question: str) -> int | None:
         try:
-            if await self.store.count(ac.user_id, ac.active_acl_domain) > self.policy.recall_k:
-                self.store.warm(question)
+            count = await self.store.count(ac.user_id, ac.active_acl_domain)
         except Exception as exc:  # recall will try again, and say so if it fails
             log.debug("memory_prefetch_failed", error_type=type(exc).__name__)
+            return None
+        if count > self.policy.recall_k:
+            self.store.warm(question)
+        return count
+
+    async def _count(self, owner: str, domain: str, prefetched: Prefetch | None) -> int:
+        """How many memories the asker has: as the message's prefetch counted them (same
+        asker), else asked now. A memory written meanwhile only changes whether recall ranks;
+        every memory recalled is checked here either way."""
+        if prefetched is not None and (prefetched.owner, prefetched.domain) == (owner, domain):
+            counted = await prefetched.count
+            if counted is not None:
+                return counted
+        return await self.store.count(owner, domain)
 
     async def recall(
-        self, readership: Readership, session_id: str, query: str, *, unchecked: bool = False
+        self,
+        readership: Readership,
+        session_id: str,
+        query: str,
+        *,
+        unchecked: bool = False,
+        prefetched: Prefetch | None = None,
     ) -> Recall:
         """The `recall_k` memories most relevant to `query` this conversation may recall:
-        the asker's own (the store's query is per owner and tenant), re-checked here."""
+        the asker's own (the store's query is per owner and tenant), re-checked here.
+        `prefetched`: what `prefetch` started for this message."""
         ac, k = readership.ac, self.policy.recall_k
         found: list[Memory] = []
         withheld: Counter[WithheldReason] = Counter()
@@ -155,7 +187,7 @@ class Memories:
         # Both asked at once: how many memories the asker has, and which of them the readers
         # heard (those Redis leaves out are withheld too).
         count, heard = await asyncio.gather(
-            self.store.count(owner, domain),
+            self._count(owner, domain, prefetched),
             self.store.heard_ids(owner, domain, heard_by) if heard_by != frozenset() else _none(),
         )
         if count <= k:  # most people have a few: all are candidates, no ranking, no embedding

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
+from vagent_graph.memory.memories import Prefetch
 from vagent_shared.memory import REMEMBER_TOOL, REMEMBERED, Memory, one_line, remembered_line
 
 #: The run config's key of the run's MemoryRun (like the turn's recorder: never checkpointed).
@@ -31,6 +32,8 @@ class MemoryRun:
 
     unchecked: bool = False
     recalled: list[Memory] | None = field(default=None)
+    #: What memories.prefetch started when the message arrived (None: a resume, no memory).
+    prefetched: Prefetch | None = None
 
 
 def memory_run_of(config: RunnableConfig) -> MemoryRun:

@@ -26,7 +26,7 @@ from langgraph.types import Command
 from redis.asyncio import Redis
 
 from vagent_graph.memory.commands import answer as answer_memory_command
-from vagent_graph.memory.memories import Memories
+from vagent_graph.memory.memories import Memories, Prefetch
 from vagent_graph.observability import metrics
 from vagent_graph.observability.recorder import TurnRecorder, add_otel_trace, new_trace, turn_outcome
 from vagent_graph.observability.trace_store import TraceStore
@@ -103,8 +103,9 @@ class Turn:
         sid = body.session_id
         command = parse_memory_command(body.message) if not body.attachments else None
         memories = resources.services.find(Memories)
+        prefetched = None
         if memories is not None and command is None and not body.attachments:
-            memories.prefetch(body.ac_context, body.message)  # recall's embedding, started now
+            prefetched = memories.prefetch(body.ac_context, body.message)  # recall's count and embedding
         lock = await _acquire(resources, sid)
         # A memory command's trace names the command, never the text of a memory.
         asked = body.message if command is None else "!" + body.message.strip()[1:].split(maxsplit=1)[0]
@@ -122,7 +123,7 @@ class Turn:
         run = Run(
             resources.graph,
             new_turn_input(body.message, body.ac_context, recorder.trace.turn_id),
-            _config(resources, sid, body.audience, recorder, body.audience_unchecked),
+            _config(resources, sid, body.audience, recorder, body.audience_unchecked, prefetched),
             resources.settings.RUN_TIMEOUT_SECONDS,
             prelude=close_stale if lock.question_may_be_pending else None,
             pacing=resources.pacing,
@@ -233,6 +234,7 @@ def _config(
     audience: Audience | None,
     recorder: TurnRecorder,
     audience_unchecked: bool,
+    prefetched: Prefetch | None = None,
 ) -> RunnableConfig:
     return run_config(
         session_id,
@@ -240,6 +242,7 @@ def _config(
         recorder,
         audience_unchecked=audience_unchecked,
         coalesce_ms=resources.settings.STREAM_COALESCE_MS,
+        prefetched=prefetched,
     )
 
 

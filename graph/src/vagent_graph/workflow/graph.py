@@ -33,7 +33,7 @@ from vagent_graph.agents.descriptor import AgentDescriptor
 from vagent_graph.attachments.messages import turn_files
 from vagent_graph.knowledge.citations import turn_sources, with_files, with_sources
 from vagent_graph.memory.commands import MEMORY_OFF
-from vagent_graph.memory.memories import Memories
+from vagent_graph.memory.memories import Memories, Prefetch
 from vagent_graph.memory.recall import CONFIG_KEY as MEMORY_KEY
 from vagent_graph.memory.recall import (
     MemoryRun,
@@ -212,7 +212,11 @@ class Workflow:
             return run.recalled
         try:
             found = await memories.recall(
-                readership, session_of(config), question_of(messages), unchecked=run.unchecked
+                readership,
+                session_of(config),
+                question_of(messages),
+                unchecked=run.unchecked,
+                prefetched=run.prefetched,
             )
         except Exception as exc:  # the type only: a message could quote a memory
             log.warning("memory_recall_failed", error_type=type(exc).__name__)
@@ -479,17 +483,19 @@ def run_config(
     *,
     audience_unchecked: bool = False,
     coalesce_ms: int | None = None,
+    prefetched: Prefetch | None = None,
 ) -> RunnableConfig:
     """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
     turn (observability/recorder.py), and a bound on the steps of one run. The audience and
     the recorder travel in the config, not the state, so no checkpoint keeps other people's ids or roles (the
     audience is sent again with every request, answers too) and no checkpoint holds a trace
     (LangGraph copies only plain str/number config values into a checkpoint's metadata).
-    `coalesce_ms`: STREAM_COALESCE_MS (None: its default)."""
+    `coalesce_ms`: STREAM_COALESCE_MS (None: its default); `prefetched`: the memory prefetch
+    started for the message (memory/memories.py)."""
     configurable: dict[str, Any] = {
         "thread_id": session_id,
         "audience": audience,
-        MEMORY_KEY: MemoryRun(unchecked=audience_unchecked),
+        MEMORY_KEY: MemoryRun(unchecked=audience_unchecked, prefetched=prefetched),
     }
     if coalesce_ms is not None:
         configurable[_WINDOW_KEY] = StreamWindow(coalesce_ms / 1000)
