@@ -104,7 +104,7 @@ async def test_a_synapse_token_streams_an_answer_and_approves_a_confirmation(
     tokens.append(alice_token := await login(stack, stack.users.alice))
     alice = get_client(url=gateway.url, api_key=alice_token)
     answer = "The gateway answers with the graph"
-    llm.push_text(answer, delay=0.02)
+    llm.push_text(answer, delay=0.06)  # ~0.3 s: several STREAM_COALESCE_MS windows
     thread = await alice.threads.create(metadata={"from": "e2e"})
     parts = await collect(
         alice.runs.stream(

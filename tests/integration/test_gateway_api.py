@@ -132,7 +132,7 @@ async def test_stream_shows_the_answer_growing_and_the_thread_keeps_it(
     alice: LangGraphClient, llm_server: ScriptedLLMServer
 ) -> None:
     answer = "Paris is the capital of France"
-    llm_server.push_text(answer, delay=0.02)
+    llm_server.push_text(answer, delay=0.06)  # ~0.3 s: several STREAM_COALESCE_MS windows
     thread = await alice.threads.create(metadata={"topic": "geo"})
     created: list[Any] = []
     parts = await collect(

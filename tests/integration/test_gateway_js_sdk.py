@@ -134,7 +134,7 @@ def test_a_round_trip_from_the_javascript_sdk(
     node: str, gateway: GatewayProcess, llm_server: ScriptedLLMServer
 ) -> None:
     answer = "Lisbon is the capital of Portugal"
-    llm_server.push_text(answer, delay=0.02)
+    llm_server.push_text(answer, delay=0.06)  # ~0.3 s: several STREAM_COALESCE_MS windows
     lines = roundtrip(node, gateway, ALICE_TOKEN, "What is the capital of Portugal?")
     assert lines[0]["kind"] == "thread" and lines[-1] == {"kind": "done"}, lines[-1]
     events = [(ln["event"], ln["data"]) for ln in lines if ln["kind"] == "event"]

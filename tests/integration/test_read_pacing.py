@@ -32,6 +32,8 @@ class Answer:
     window: float
     shows_text: bool = True
     pieces_seen: int = 0
+    #: When the listener sends next (time.monotonic()); 0.0: no send pending.
+    due: float = 0.0
 
     @property
     def shown(self) -> bool:
@@ -76,7 +78,7 @@ async def burst_url() -> AsyncIterator[str]:
 async def read_all(client: httpx2.AsyncClient, url: str, answer: Answer | None) -> tuple[bytes, list[float]]:
     """The body, and when each of its pieces came (seconds after the response started)."""
     body, times = b"", []
-    with listening(answer):  # type: ignore[arg-type]  # only window and shown are read
+    with listening(answer):  # type: ignore[arg-type]  # only window, shown and due are read
         async with client.stream("POST", url, json={"stream": True}) as response:
             start = time.monotonic()
             async for raw in response.aiter_raw():
@@ -140,6 +142,18 @@ async def test_a_burst_already_in_the_kernel_is_read_at_once(
     body, times = await read_all(client, burst_url, Answer(window=2.0))
     assert body == b"".join(PIECES)
     assert times[-1] < 1.0  # not one 2-second window later
+
+
+async def test_a_read_waits_until_the_listener_sends_again(
+    client: httpx2.AsyncClient, model_url: str
+) -> None:
+    """The listener's next send is later than a window after the last read: the read waits for
+    it (what it brings then goes out at once, not held a window more)."""
+    answer = Answer(WINDOW, due=time.monotonic() + 0.5)
+    body, times = await read_all(client, model_url, answer)
+    assert body == b"".join(PIECES)
+    assert times[0] < 0.05  # nothing shown yet: the first piece is read as it comes
+    assert times[1] >= 0.4  # then nothing before the listener's due time, not a window later
 
 
 async def test_a_paced_wait_is_cancelled_at_once(client: httpx2.AsyncClient, model_url: str) -> None:

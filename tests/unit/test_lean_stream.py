@@ -142,6 +142,7 @@ class _Listener:
 
     window = 0.0
     shown = False
+    due = 0.0
 
     def __init__(self) -> None:
         self.deltas: list[tuple[str, bool, bool]] = []

@@ -29,6 +29,11 @@ class AnswerListener(Protocol):
     def shown(self) -> bool:
         """Visible text has gone out (from now on, reads are paced)."""
 
+    @property
+    def due(self) -> float:
+        """When held text may go out next (time.monotonic()); a read waits for it, so what it
+        brings goes out at once instead of a window later."""
+
     def delta(self, text: str, *, tool_call: bool, reasoning: bool) -> None:
         """One model chunk: its text, whether it carries a tool call, whether it reasons."""
 

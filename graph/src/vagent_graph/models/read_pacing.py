@@ -33,6 +33,7 @@ import fcntl
 import ssl
 import sys
 import termios
+import time
 import typing
 from collections.abc import Iterable
 from typing import Any
@@ -55,13 +56,14 @@ class PacedStream(httpcore2.AsyncNetworkStream):
         paced = current_listener()
         if paced is None:
             return await self._inner.read(max_bytes, timeout)
-        loop = asyncio.get_running_loop()
         if paced.shown and paced.window > 0:
-            wait = self._last_read + paced.window - loop.time()
+            # a window after the last read, and not before the listener sends again: what the
+            # read brings then goes out at once, not held a window more
+            wait = max(self._last_read + paced.window, paced.due) - time.monotonic()
             if wait > 0 and not self._bytes_waiting():  # a burst already here is read at once
                 await asyncio.sleep(wait)
         data = await self._inner.read(max_bytes, timeout)
-        self._last_read = loop.time()
+        self._last_read = time.monotonic()
         return data
 
     def _bytes_waiting(self) -> bool:

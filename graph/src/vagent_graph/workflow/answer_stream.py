@@ -18,6 +18,11 @@ from langgraph.types import StreamWriter
 from vagent_graph.models.reasoning import REASONING_MARK, ThinkFilter
 from vagent_graph.models.text import text_of
 
+#: A piece arriving this close to its window's end goes out with it (seconds): timers and
+#: paced reads (models/read_pacing.py) wake up to a few ms early, and holding the text a whole
+#: window more for that would halve the rate at which a person sees the answer grow.
+SLACK = 0.005
+
 
 @dataclass
 class Coalescer:
@@ -40,7 +45,7 @@ class Coalescer:
     def feed(self, piece: str, now: float) -> str:
         if self.shown and self.window > 0:
             self._held.append(piece)
-            if now < self._due:
+            if now + SLACK < self._due:
                 return ""
             piece = "".join(self._held)
             self._held.clear()
@@ -59,6 +64,11 @@ class Coalescer:
     def thinking(self) -> bool:
         """Inside a `<think>` block."""
         return self.think.inside
+
+    @property
+    def due(self) -> float:
+        """When held text may go out next (the clock `feed` is given; 0.0 before any send)."""
+        return self._due
 
     def _sent(self, visible: str, now: float) -> str:
         if visible:
@@ -141,6 +151,11 @@ class AnswerStream(BaseCallbackHandler):
     def shown(self) -> bool:
         """Visible text has gone out (from then on, the model's socket is read paced)."""
         return self._coalescer.shown
+
+    @property
+    def due(self) -> float:
+        """When held text may go out next (time.monotonic()): the paced reads wait for it."""
+        return self._coalescer.due
 
     def close(self) -> None:
         """The call ended (answered, failed or cancelled): send what is held."""
