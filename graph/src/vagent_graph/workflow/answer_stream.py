@@ -85,8 +85,8 @@ class AnswerStream(BaseCallbackHandler):
     A callback handler on the call (inline: no task, no thread per chunk) so the call stays
     `ainvoke` and LangChain builds the AIMessage for the checkpoint once, at its end. An
     OpenAI-compatible model gives it each chunk as a plain `delta` (models/lean_stream.py);
-    the offline model's chunks come through `on_llm_new_token`. The
-    caller must `close()` it however the call ends: what is held is sent then.
+    the offline model's chunks come through `on_llm_new_token`. The caller must `close()` it
+    however the call ends: what is held is sent then.
     `last_chunk`: when the last chunk came (time.monotonic), for the call's StallGuard."""
 
     run_inline = True
