@@ -71,7 +71,6 @@ class StreamMerger:
     _function_call: dict[str, list[str]] | None = None
     _role: str | None = None
     _finish: str | None = None
-    _reasoned: bool = False
     _choices: bool = False
     _any_delta: bool = False
 
@@ -99,7 +98,6 @@ class StreamMerger:
         if text:
             self._content.append(text)
         reasoning = delta_reasons(delta)
-        self._reasoned = self._reasoned or reasoning
         if function_call := delta.get("function_call"):
             held = self._function_call = self._function_call or {"name": [], "arguments": []}
             for key in ("name", "arguments"):
@@ -122,11 +120,6 @@ class StreamMerger:
             call.name.append(piece)
         if piece := function.get("arguments"):
             call.arguments.append(piece)
-
-    @property
-    def reasoned(self) -> bool:
-        """Some delta carried reasoning."""
-        return self._reasoned
 
     def merged(self) -> dict[str, Any]:
         """The one chunk holding everything fed."""
@@ -192,7 +185,7 @@ class LeanStreamChatOpenAI(ThinkingChatOpenAI):
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> dict[str, Any] | None:
         """The request BaseChatOpenAI._astream sends; None where its path must be taken."""
-        if kwargs.get("response_format") or self.include_response_headers or self._uses_gateway:
+        if self.include_response_headers or self._uses_gateway:
             return None
         kwargs = {**kwargs, "stream": True}
         stream_usage = self._should_stream_usage(kwargs.pop("stream_usage", None), **kwargs)

@@ -487,9 +487,10 @@ def run_config(
 ) -> RunnableConfig:
     """A session's run: its LangGraph thread, who else reads the answer, the recorder of the
     turn (observability/recorder.py), and a bound on the steps of one run. The audience and
-    the recorder travel in the config, not the state, so no checkpoint keeps other people's ids or roles (the
-    audience is sent again with every request, answers too) and no checkpoint holds a trace
-    (LangGraph copies only plain str/number config values into a checkpoint's metadata).
+    the recorder travel in the config, not the state, so no checkpoint keeps other people's
+    ids or roles (the audience is sent again with every request, answers too) and no
+    checkpoint holds a trace (LangGraph copies only plain str/number config values into a
+    checkpoint's metadata).
     `coalesce_ms`: STREAM_COALESCE_MS (None: its default); `prefetched`: the memory prefetch
     started for the message (memory/memories.py)."""
     configurable: dict[str, Any] = {
