@@ -118,6 +118,13 @@ async def model_remembers(
     return final(events)
 
 
+async def recalls_run(chat: MemoryChat) -> float:
+    """How many recalls the service has run (its Prometheus histogram's count)."""
+    text = (await chat.client.get("/metrics")).text
+    found = re.search(r"^vagent_graph_memory_recall_seconds_count (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def text_in_recall(found: str, text: str) -> bool:
     return f'"{text}"' in found
 
@@ -140,8 +147,11 @@ async def test_a_dm_memory_is_recalled_in_a_new_dm_and_survives_reset(
     sid = dm(alice)  # another conversation: the model is given it, framed as data
     llm_server.clear()
     llm_server.push_text("Gern.")
+    before = await recalls_run(chat)
     await chat.say(sid, "What is new?", alice)
     assert f'"{text}"' in chat.section()
+    # one recall for the turn: the one started under the session's lock, taken by the model node
+    assert await recalls_run(chat) == before + 1
     assert text not in chat.system().split(SECTION_HEADER)[0]
     assert [m["role"] for m in llm_server.requests[-1]["messages"]] == ["system", "user"]
 

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -16,7 +17,7 @@ from redis.asyncio import Redis
 from redis_local import RedisServer, free_port
 from tests.support.factories import ac
 from tests.support.knowledge import RecordingEmbedder, local_embedder
-from vagent_graph.memory.memories import Memories
+from vagent_graph.memory.memories import Memories, Prefetch
 from vagent_graph.memory.store import MemoryStore
 from vagent_graph.services import Services
 from vagent_shared import redis_keys
@@ -353,6 +354,72 @@ async def test_recall_takes_the_count_from_the_message_s_prefetch_and_only_its_a
     counted.clear()
     found = await memories.recall(Readership(alice, None), "", "what do I drink?", prefetched=broken)
     assert found.memories[0].text == TEA and counted == ["@a:x.org"]  # asked again
+    await store.aclose()
+
+
+async def test_the_recall_started_under_the_lock_is_taken_by_the_same_readers_only(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the session's lock is held the whole recall starts (`start_recall`), and the model
+    node takes its result without asking Redis again, audited when taken (never when only
+    started). A node asking for other readers (a DM's recall must never serve a group room),
+    another question or unknown readers gets a fresh recall; a failed early recall fails
+    the recall that takes it, as a failed recall does."""
+    store = MemoryStore(redis, RecordingEmbedder())
+    await store.setup()
+    alice, bob = ac("@a:x.org", [], domain="acme"), ac("@b:x.org", [], domain="acme")
+    for n, text in enumerate((*UNRELATED, TEA)):
+        await store.add(memory("@a:x.org", text, n), POLICY)  # heard by alice alone
+    memories = Memories(store, POLICY.model_copy(update={"recall_k": 2}), Services())
+    searches: list[str] = []
+    audited: list[str] = []
+    real_search = store.search
+
+    async def search(owner: str, domain: str, query: str, *args: Any, **kwargs: Any) -> list[Memory]:
+        searches.append(query)
+        return await real_search(owner, domain, query, *args, **kwargs)
+
+    monkeypatch.setattr(store, "search", search)
+    monkeypatch.setattr(
+        "vagent_graph.memory.memories.audit", lambda _s, kind, *_a, **_k: audited.append(kind)
+    )
+    dm = Readership(alice, None)
+    question = "what do I drink?"
+
+    def started(readership: Readership = dm, unchecked: bool = False) -> Prefetch:
+        prefetched = memories.prefetch(alice, question)
+        assert prefetched is not None
+        return memories.start_recall(prefetched, readership, question, unchecked=unchecked)
+
+    early = started()
+    assert early.early is not None
+    await asyncio.gather(*memories._prefetching)
+    assert searches == [question] and audited == []  # done before the node asks; nothing audited
+    found = await memories.recall(dm, "", question, prefetched=early)
+    assert found.memories[0].text == TEA
+    assert searches == [question] and audited == ["memory_recalled"]  # taken, not asked again
+
+    room = Audience(members=[AudienceMember(user_id=bob.user_id, ac_context=bob)], member_count=3)
+    for readership, asked, unchecked, first in (
+        (Readership(alice, room), question, False, None),  # bob reads here: he heard none
+        (dm, "where do I live?", False, UNRELATED[1]),
+        (dm, question, True, None),  # readers not known one by one: nothing was heard by all
+    ):
+        prefetched = started()
+        await asyncio.gather(*memories._prefetching)
+        fresh = await memories.recall(readership, "", asked, prefetched=prefetched, unchecked=unchecked)
+        assert [m.text for m in fresh.memories][:1] == ([first] if first else [])
+        assert fresh == await memories.recall(readership, "", asked, unchecked=unchecked)
+
+    async def failing(*_a: Any, **_k: Any) -> list[Memory]:
+        raise ConnectionError("redis went away")
+
+    monkeypatch.setattr(store, "search", failing)
+    broken = started()
+    await asyncio.gather(*memories._prefetching, return_exceptions=True)
+    monkeypatch.setattr(store, "search", search)
+    with pytest.raises(ConnectionError):
+        await memories.recall(dm, "", question, prefetched=broken)
     await store.aclose()
 
 

@@ -8,7 +8,8 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import structlog
 
@@ -33,11 +34,13 @@ MIN_PAGE = 10
 @dataclass(frozen=True)
 class Prefetch:
     """What `prefetch` started for a message: how many memories its asker has (None: the
-    count failed), which recall then need not ask again."""
+    count failed), which recall then need not ask again; and, once the lock is held, the
+    whole recall (`early`)."""
 
     owner: str
     domain: str
     count: asyncio.Task[int | None]
+    early: Early | None = None
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,33 @@ class Recall:
     withheld: Counter[WithheldReason]
 
 
+@dataclass(frozen=True)
+class Early:
+    """A recall started once the session's lock is held (`start_recall`), for these readers
+    and this question: the model node takes its result when it asks the same."""
+
+    ac: AcContext
+    audience: Audience | None
+    query: str
+    unchecked: bool
+    found: asyncio.Task[Recall]
+
+    def serves(self, readership: Readership, query: str, unchecked: bool) -> bool:
+        return (self.ac, self.audience, self.query, self.unchecked) == (
+            readership.ac,
+            readership.audience,
+            query,
+            unchecked,
+        )
+
+
 async def _none() -> None:
     return None
+
+
+def _ended(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:  # recall says so when it is taken
+        log.debug("memory_prefetch_failed", error_type=type(task.exception()).__name__)
 
 
 def room_of(session_id: str) -> str:
@@ -71,8 +99,8 @@ class Memories:
         self.policy = policy
         #: The audit trail is looked up here, when used (Services is complete by then).
         self.services = services
-        #: Questions' embeddings being started (a task is kept until it ends).
-        self._prefetching: set[asyncio.Task[int | None]] = set()
+        #: Prefetches and early recalls running (a task is kept until it ends).
+        self._prefetching: set[asyncio.Task[Any]] = set()
 
     # ---- writing -------------------------------------------------------------------------
     async def write(
@@ -139,10 +167,33 @@ class Memories:
         (bench-memory: the embedding is most of recall's cost)."""
         if not self.policy.recall_k or not question.strip() or not ac.user_id:
             return None
-        task = asyncio.create_task(self._prefetch(ac, question), name="memory-prefetch")
-        self._prefetching.add(task)
-        task.add_done_callback(self._prefetching.discard)
+        task = self._keep(asyncio.create_task(self._prefetch(ac, question), name="memory-prefetch"))
         return Prefetch(ac.user_id, ac.active_acl_domain, task)
+
+    def start_recall(
+        self,
+        prefetched: Prefetch,
+        readership: Readership,
+        query: str,
+        *,
+        unchecked: bool = False,
+    ) -> Prefetch:
+        """The session's lock is held: start the whole recall for these readers now, while the
+        checkpoint is read and the graph starts, so the model node finds it done (its Redis
+        round trips are off the turn's path). Started only under the lock: every earlier
+        turn of the session (a memory written or forgotten) has ended. Nothing is audited
+        until the node takes it (`recall`); a recall the node does not take is dropped."""
+        found = self._find(readership, query, unchecked=unchecked, prefetched=prefetched)
+        task = self._keep(asyncio.create_task(found, name="memory-recall"))
+        early = Early(readership.ac, readership.audience, query, unchecked, task)
+        return replace(prefetched, early=early)
+
+    def _keep(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        """Hold a background task until it ends; a failure no one awaited is only logged."""
+        self._prefetching.add(task)
+        task.add_done_callback(_ended)
+        task.add_done_callback(self._prefetching.discard)
+        return task
 
     async def _prefetch(self, ac: AcContext, question: str) -> int | None:
         try:
@@ -174,8 +225,25 @@ class Memories:
         prefetched: Prefetch | None = None,
     ) -> Recall:
         """The `recall_k` memories most relevant to `query` this conversation may recall:
-        the asker's own (the store's query is per owner and tenant), re-checked here.
-        `prefetched`: what `prefetch` started for this message."""
+        the asker's own (the store's query is per owner and tenant), re-checked here, and
+        audited. `prefetched`: what `prefetch` (and `start_recall`) started for this message;
+        its early recall is taken only when made for these readers and this question."""
+        early = prefetched.early if prefetched is not None else None
+        if early is not None and early.serves(readership, query, unchecked) and not early.found.cancelled():
+            found = await early.found
+        else:
+            found = await self._find(readership, query, unchecked=unchecked, prefetched=prefetched)
+        self._audit_recall(readership.ac, session_id, found)
+        return found
+
+    async def _find(
+        self,
+        readership: Readership,
+        query: str,
+        *,
+        unchecked: bool = False,
+        prefetched: Prefetch | None = None,
+    ) -> Recall:
         ac, k = readership.ac, self.policy.recall_k
         found: list[Memory] = []
         withheld: Counter[WithheldReason] = Counter()
@@ -210,6 +278,10 @@ class Memories:
                 break
             offset += page
         metrics.MEMORY_RECALL_SECONDS.observe(time.perf_counter() - started)
+        return Recall(found, withheld)
+
+    def _audit_recall(self, ac: AcContext, session_id: str, recall: Recall) -> None:
+        found, withheld = recall.memories, recall.withheld
         if found:
             audit(
                 self.services,
@@ -231,7 +303,6 @@ class Memories:
                 reason="not heard by every reader" if reason == "not_heard" else "source not readable",
                 metadata={"count": count, "reason": reason},
             )
-        return Recall(found, withheld)
 
     # ---- seeing and forgetting -----------------------------------------------------------
     async def here(

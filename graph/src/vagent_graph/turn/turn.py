@@ -42,6 +42,7 @@ from vagent_shared.access import AcContext
 from vagent_shared.events import Done, ErrorEvent, HitlRequest, SSEEvent, TextFinal
 from vagent_shared.knowledge import Audience
 from vagent_shared.memory import Forget, MemoryCommand, parse_memory_command
+from vagent_shared.readers import Readership
 from vagent_shared.settings import GraphSettings
 from vagent_shared.traces import TurnTrace
 from vagent_shared.wire import FeedbackRequest, ProcessMessageRequest
@@ -107,6 +108,11 @@ class Turn:
         if memories is not None and command is None and not body.attachments:
             prefetched = memories.prefetch(body.ac_context, body.message)  # recall's count and embedding
         lock = await _acquire(resources, sid)
+        if memories is not None and prefetched is not None:  # the lock is held: recall now
+            readership = Readership(body.ac_context, body.audience)
+            prefetched = memories.start_recall(
+                prefetched, readership, body.message, unchecked=body.audience_unchecked
+            )
         # A memory command's trace names the command, never the text of a memory.
         asked = body.message if command is None else "!" + body.message.strip()[1:].split(maxsplit=1)[0]
         files = [a.name for a in body.attachments]
