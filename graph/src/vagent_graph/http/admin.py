@@ -101,11 +101,11 @@ def _services(request: Request) -> Services:
     return request.app.state.resources.services  # type: ignore[no-any-return]
 
 
-def documents(request: Request) -> DocumentStore:
+async def documents(request: Request) -> DocumentStore:
     return _services(request).get(DocumentStore)
 
 
-def entity_store(request: Request) -> EntityStore:
+async def entity_store(request: Request) -> EntityStore:
     return _services(request).get(EntityStore)
 
 

@@ -35,8 +35,9 @@ from vagent_shared.wire import (
 log = structlog.get_logger(__name__)
 
 
-def lifespan_resources(request: Request) -> Resources:
-    """What the lifespan opened (app.state.resources)."""
+async def lifespan_resources(request: Request) -> Resources:
+    """What the lifespan opened (app.state.resources). A coroutine: FastAPI runs a plain
+    function dependency in its thread pool, a thread hop on every request."""
     return request.app.state.resources  # type: ignore[no-any-return]
 
 

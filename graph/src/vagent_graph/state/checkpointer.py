@@ -4,9 +4,10 @@ leaves behind in Redis after a run is pruned by end_of_run.py."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from langgraph.checkpoint.redis.ashallow import AsyncShallowRedisSaver
+from langgraph.checkpoint.redis.jsonplus_redis import JsonPlusRedisSerializer
 from redis.asyncio import Redis
 from redisvl.exceptions import RedisSearchError
 
@@ -39,6 +40,43 @@ class BoundedKeyCache(dict[K, V]):
         super().__setitem__(key, value)
 
 
+#: Constructor ids the serializer remembers the lookup of (messages, a few LangGraph types).
+CONSTRUCTOR_CACHE_MAX = 256
+
+
+class CheckpointSerializer(JsonPlusRedisSerializer):
+    """The saver's serializer, with the class lookup behind each stored object remembered.
+
+    Why: reading a checkpoint, JsonPlusRedisSerializer (langgraph-checkpoint-redis 0.5.x)
+    imports the module named in every LangChain object's id before reviving it. A message's
+    id names the legacy `langchain.schema.messages`, which is not installed, so every message
+    of the history cost a failed import (a search of sys.path, ~55 µs) on every turn: 1.7-2.3
+    ms of a turn's ~13 ms fixed CPU at ~24 messages, ~2.2 ms at the default bound of 40
+    (bench/README.md, issue 34). The lookup's answer, found or not, cannot change in a
+    running process; the reviving itself stays the library's.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._constructors: dict[tuple[str, ...], type[Any] | ValueError] = {}
+
+    def _constructor_class(self, obj: dict[str, Any]) -> type[Any]:
+        parts = obj.get("id")
+        valid = isinstance(parts, list) and all(isinstance(p, str) for p in parts)
+        key = tuple(parts) if valid else None
+        known = self._constructors.get(key) if key is not None else None
+        if known is None:
+            try:
+                known = super()._constructor_class(obj)
+            except ValueError as exc:
+                known = exc
+            if key is not None and len(self._constructors) < CONSTRUCTOR_CACHE_MAX:
+                self._constructors[key] = known
+        if isinstance(known, ValueError):
+            raise ValueError(str(known))
+        return known
+
+
 async def open_checkpointer(redis: Redis, ttl_minutes: int) -> AsyncShallowRedisSaver:
     """The shallow saver on `redis` (checkpoints expire `ttl_minutes` after their last read),
     its key memo bounded, its indexes created."""
@@ -47,6 +85,7 @@ async def open_checkpointer(redis: Redis, ttl_minutes: int) -> AsyncShallowRedis
         ttl={"default_ttl": ttl_minutes, "refresh_on_read": True},
     )
     saver._key_cache = BoundedKeyCache()  # unbounded in the library (see BoundedKeyCache)
+    saver.serde = CheckpointSerializer()  # one import per class, not per message read
     await set_up_indexes(saver)
     return saver
 
