@@ -270,6 +270,8 @@ class StepJob:
     #: the server's API: "graph" (vagent's, also bench/relay.py) or "langgraph" (LangGraph's
     #: server: a thread per conversation, /threads/{id}/runs/stream)
     api: str = "graph"
+    #: quick turns each conversation makes before its measured ones (--history)
+    history: int = HISTORY_TURNS
 
 
 @dataclass
@@ -420,7 +422,7 @@ async def _run_step(job: StepJob, talker: Talker, conn: Connection | None = None
             session = None
             history_errors.append(f"session: {type(exc).__name__}: {exc}"[:200])
         try:
-            for h in range(HISTORY_TURNS if session is not None else 0):
+            for h in range(job.history if session is not None else 0):
                 t = Turn(i, False, 0.0)
                 quick = f"[quick] {job.marker} " if job.split_history and tool and h == 0 else "[quick] "
                 text = f"{quick}history question {h}{tag}"
@@ -1070,7 +1072,9 @@ class Variant:
     #: StepJob.api: "graph" (vagent's API) or "langgraph"
     api: str = "graph"
 
-    def job(self, n: int, tool_share: float, turns: int, turn_seconds: float, seed: int) -> StepJob:
+    def job(
+        self, n: int, tool_share: float, turns: int, turn_seconds: float, seed: int, history: int
+    ) -> StepJob:
         return StepJob(
             self.service.url,
             n,
@@ -1082,6 +1086,7 @@ class Variant:
             self.grants,
             self.split_history,
             self.api,
+            history,
         )
 
     @property
@@ -1114,6 +1119,8 @@ class Config:
     #: --peer: "relay" or "langgraph"; --profile: sample the graph under py-spy
     peer: str | None = None
     profile: bool = False
+    #: quick turns before a conversation's measured ones (its history: 2 messages a turn)
+    history: int = HISTORY_TURNS
 
     @property
     def text_model_s(self) -> float:
@@ -1151,8 +1158,8 @@ def measure_step(
 ) -> dict[str, Any]:
     """One step of one variant; the row printed and stored. With `v.split_history` the
     readings start once every history turn is done, so they cover the measured turns only."""
-    job = v.job(n, cfg.tool_share, cfg.turns, cfg.turn_s, seed)
-    timeout = (cfg.turns + HISTORY_TURNS + 1) * (TURN_TIMEOUT_S + 5) + 60
+    job = v.job(n, cfg.tool_share, cfg.turns, cfg.turn_s, seed, cfg.history)
+    timeout = (cfg.turns + cfg.history + 1) * (TURN_TIMEOUT_S + 5) + 60
     if mcp is not None:
         mcp.take_calls()  # anything before this step is not its
     if job.split_history:
@@ -1290,7 +1297,7 @@ def ramp(
     print(
         f"   model: first token {cfg.ttft_ms:.0f} ms, then {cfg.chunks} chunks {cfg.chunk_ms:.0f} ms apart "
         f"({cfg.turn_s:.2f} s a turn); {100 * cfg.tool_share:.0f}% of conversations call a tool each turn; "
-        f"each conversation {HISTORY_TURNS} quick history turns, then {cfg.turns} measured turns"
+        f"each conversation {cfg.history} quick history turns, then {cfg.turns} measured turns"
     )
     if mcp is not None:
         print(
@@ -1300,7 +1307,7 @@ def ramp(
         )
     warm = min(10, cfg.steps[0])
     for v in variants:  # unmeasured: imports, caches, pooled connections of a fresh process
-        job = v.job(warm, cfg.tool_share, 1, 0.2, seed=1)
+        job = v.job(warm, cfg.tool_share, 1, 0.2, seed=1, history=HISTORY_TURNS)
         client.conn.send(job)
         if job.split_history:
             client.recv(TURN_TIMEOUT_S * 4 + 60)
@@ -1943,6 +1950,12 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     )
     p.add_argument("--turns", type=int, help=f"measured turns per conversation (default {d['turns']})")
     p.add_argument(
+        "--history",
+        type=int,
+        default=HISTORY_TURNS,
+        help=f"quick turns each conversation makes first: 2 history messages each (default {HISTORY_TURNS})",
+    )
+    p.add_argument(
         "--baseline-ref", help="also run this git ref's graph service (a temporary worktree), alternating"
     )
     p.add_argument("--quick", action="store_true", help="tiny numbers for a smoke test: " + str(QUICK))
@@ -2005,6 +2018,8 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         p.error("--steps must be positive")
     if val["chunks"] < 1 or val["ttft_ms"] < 0 or val["chunk_ms"] < 0 or val["turns"] < 1 or val["park"] < 0:
         p.error("--chunks, --ttft-ms, --chunk-ms, --turns and --park must be positive")
+    if a.history < 0:
+        p.error("--history must be 0 or more")
     if not 0 <= val["tool_share"] <= 1:
         p.error("--tool-share is a share between 0 and 1")
     return Config(
@@ -2026,6 +2041,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         settle_s=QUICK_SETTLE_S if a.quick else SETTLE_S,
         peer=a.peer,
         profile=a.profile,
+        history=a.history,
     )
 
 
@@ -2059,7 +2075,7 @@ def run(cfg: Config) -> dict[str, Any]:
             "chunk_ms": cfg.chunk_ms,
             "chunks": cfg.chunks,
             "tool_share": cfg.tool_share,
-            "history_turns": HISTORY_TURNS,
+            "history_turns": cfg.history,
             "measured_turns": cfg.turns,
             "park": cfg.park,
             "quick": cfg.quick,

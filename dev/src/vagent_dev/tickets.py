@@ -198,7 +198,7 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(ErrorResponse(error_code=code, message=message).model_dump(), status_code=status)
 
 
-def _owner(request: Request) -> str:
+async def _owner(request: Request) -> str:
     """The key owner the middleware found (every /api route runs behind it)."""
     return str(request.state.owner)
 

@@ -51,7 +51,7 @@ class CheckpointSerializer(JsonPlusRedisSerializer):
     imports the module named in every LangChain object's id before reviving it. A message's
     id names the legacy `langchain.schema.messages`, which is not installed, so every message
     of the history cost a failed import (a search of sys.path, ~55 µs) on every turn: 1.7-2.3
-    ms of a turn's ~13 ms fixed CPU at ~24 messages, ~2.2 ms at the default bound of 40
+    ms of a turn's ~13 ms fixed CPU at ~24 messages, more up to the bound of 40
     (bench/README.md, issue 34). The lookup's answer, found or not, cannot change in a
     running process; the reviving itself stays the library's.
     """
