@@ -62,8 +62,9 @@ class CheckpointSerializer(JsonPlusRedisSerializer):
 
     def _constructor_class(self, obj: dict[str, Any]) -> type[Any]:
         parts = obj.get("id")
-        valid = isinstance(parts, list) and all(isinstance(p, str) for p in parts)
-        key = tuple(parts) if valid else None
+        key = None
+        if isinstance(parts, list) and all(isinstance(p, str) for p in parts):
+            key = tuple(parts)
         known = self._constructors.get(key) if key is not None else None
         if known is None:
             try:
