@@ -127,3 +127,19 @@ async def test_closing_cancels_the_waits_and_keeps_nothing() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert not vectors._rows
+
+
+async def test_it_keeps_the_latest_questions_up_to_its_size_and_never_one_still_wanted() -> None:
+    embedder = RecordingEmbedder()
+    vectors = _RecentVectors(embedder, size=3)
+    for q in QUESTIONS[:5]:
+        await vectors([q])
+    assert list(vectors._rows) == QUESTIONS[2:5]  # the two oldest went
+    await vectors([QUESTIONS[2]])  # asked again: the newest now, from the cache
+    assert list(vectors._rows) == [*QUESTIONS[3:5], QUESTIONS[2]] and len(embedder.batches) == 5
+    # beyond the size while questions are still being embedded: only finished ones go
+    waits = [vectors.warm(q) for q in QUESTIONS[5:8]]
+    assert set(QUESTIONS[5:8]) <= set(vectors._rows)
+    await asyncio.gather(*waits)
+    vectors.warm(QUESTIONS[7])
+    assert len(vectors._rows) <= 3 and QUESTIONS[7] in vectors._rows

@@ -120,6 +120,8 @@ class _RecentVectors:
 
     def _evict(self) -> None:
         """Beyond `size`, the oldest finished entries go (one still wanted stays)."""
+        if len(self._rows) <= self.size:  # the usual case: nothing to scan
+            return
         for text in [t for t, f in self._rows.items() if f.done()][: max(0, len(self._rows) - self.size)]:
             del self._rows[text]
 
