@@ -3,7 +3,6 @@ the remote one is configured. No server needed."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 
 from tests.support.knowledge import local_embedder
 from vagent_graph.knowledge.embeddings import (
-    BATCH,
     LOCAL_DIMENSIONS,
     LOCAL_MODEL_ID,
     EmbeddingError,
@@ -32,33 +30,6 @@ def test_offline_vectors_are_normalised_and_batches_change_nothing() -> None:
     one_by_one = np.vstack([model.embed_sync([t]) for t in texts])
     assert np.allclose(batch, one_by_one, atol=1e-5)  # sorted by length inside, same order outside
     assert model.embed_sync([]).shape == (0, LOCAL_DIMENSIONS)
-
-
-def test_a_large_job_runs_its_batches_side_by_side_and_keeps_every_text_in_its_place() -> None:
-    """One onnxruntime thread per run; a job of several batches runs them at once, and each
-    text's vector is the one it gets alone, in its place."""
-    texts = [
-        f"item {i}: " + "the travel policy covers economy flights " * (i % 7 + 1)
-        for i in range(3 * BATCH + 5)
-    ]
-    side_by_side = LocalEmbedder(parallel=2)
-    one_at_a_time = LocalEmbedder(parallel=1)
-    ran_in: set[str] = set()
-    batch = side_by_side._batch
-
-    def recorded(chunk: list[str]) -> np.ndarray:
-        ran_in.add(threading.current_thread().name.split("_")[0])
-        return batch(chunk)
-
-    side_by_side._batch = recorded  # type: ignore[method-assign,assignment]
-    together = side_by_side.embed_sync(texts)
-    assert ran_in == {"embed"}  # the job's own worker threads, not the caller's
-    assert together.shape == (len(texts), LOCAL_DIMENSIONS)
-    assert np.allclose(together, one_at_a_time.embed_sync(texts), atol=1e-5)
-    for i in (0, BATCH, len(texts) - 1):
-        assert np.allclose(together[i], one_at_a_time.embed_sync([texts[i]])[0], atol=1e-5)
-    # the default: one thread per run, the batches over the usable CPUs (at most 4)
-    assert local_embedder()._threads == 1 and 1 <= local_embedder()._parallel <= 4
 
 
 def test_meaning_not_spelling() -> None:

