@@ -122,7 +122,7 @@ class _RecentVectors:
         """Beyond `size`, the oldest finished entries go (one still wanted stays)."""
         if len(self._rows) <= self.size:  # the usual case: nothing to scan
             return
-        for text in [t for t, f in self._rows.items() if f.done()][: max(0, len(self._rows) - self.size)]:
+        for text in [t for t, f in self._rows.items() if f.done()][: len(self._rows) - self.size]:
             del self._rows[text]
 
     async def _embed_queued(self) -> None:
