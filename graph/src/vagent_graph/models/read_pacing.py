@@ -43,6 +43,8 @@ import httpx2
 
 from vagent_graph.models.listener import current_listener
 
+_UNKNOWN = object()
+
 
 class PacedStream(httpcore2.AsyncNetworkStream):
     """A connection's stream whose reads, inside a paced call once visible text is out, are
@@ -51,6 +53,9 @@ class PacedStream(httpcore2.AsyncNetworkStream):
     def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
         self._inner = inner
         self._last_read = 0.0
+        #: The connection's socket, asked once: anyio builds its whole attribute map (and
+        #: asks the kernel for the peer's address) on every `get_extra_info`.
+        self._socket: Any = _UNKNOWN
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         paced = current_listener()
@@ -69,7 +74,9 @@ class PacedStream(httpcore2.AsyncNetworkStream):
     def _bytes_waiting(self) -> bool:
         """The kernel holds bytes of this connection already (FIONREAD): the model sent a
         burst (a fast or cached answer, the end of one), so waiting would only delay it."""
-        sock = self._inner.get_extra_info("socket")
+        if self._socket is _UNKNOWN:
+            self._socket = self._inner.get_extra_info("socket")
+        sock = self._socket
         if sock is None:
             return False
         try:
