@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +108,24 @@ def _logging_put_back() -> Iterator[None]:
         root.setLevel(level)
     if structlog.get_config() != saved:
         structlog.configure(**saved)
+
+
+@pytest.fixture(autouse=True)
+async def _model_clients_closed(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """The model clients a test makes (make_chat_model outside the service's resources, which
+    close theirs) are closed after it: aiohttp reports a session collected unclosed to the
+    event loop, where a later test watching the loop's errors would find it."""
+    from vagent_graph.models import read_pacing
+
+    made: list[Any] = []
+    real = read_pacing.model_http_client
+
+    def tracked(**kwargs: Any) -> Any:
+        made.append(real(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(read_pacing, "model_http_client", tracked)
+    yield
+    for client in made:
+        if not client.is_closed:
+            await client.aclose()

@@ -1,5 +1,5 @@
 """A model's streamed answer is read from its socket once per window once its first visible
-text is out (models/read_pacing.py), over real sockets and httpx's own transport: chunks come
+text is out (models/read_pacing.py), over real sockets and the SDK's aiohttp transport: chunks come
 in bursts a window apart, the first at once, every byte in order; nothing is paced outside a
 paced call, before the first visible text, or in another task's call on the same client."""
 
@@ -7,20 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 import httpx2
 import pytest
 
 from vagent_graph.models.listener import listening
-from vagent_graph.models.read_pacing import PacedTransport
+from vagent_graph.models.read_pacing import model_http_client
 
 #: 40 pieces, 20 ms apart: about 0.8 s of streaming.
 PIECES = [f"data: piece-{i:02d}\n\n".encode() for i in range(40)]
 GAP = 0.02
-HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+#: The server closes the connection after each answer, and says so (a client may not reuse it).
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+    b"Connection: close\r\n\r\n"
+)
 WINDOW = 0.1
 
 
@@ -40,11 +45,14 @@ class Answer:
         return self.shows_text and self.pieces_seen > 0
 
 
-async def serve(gap: float) -> AsyncIterator[str]:
+async def serve(gap: float, request_lines: list[bytes] | None = None) -> AsyncGenerator[str, None]:
     """A plain HTTP/1.1 server streaming PIECES as chunked transfer, `gap` apart (0: the
     first piece, then all the others in one write, as a fast model or a cache sends)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = await reader.readline()
+        if request_lines is not None:
+            request_lines.append(line)
         while (await reader.readline()) not in (b"\r\n", b""):
             pass
         writer.write(HEAD)
@@ -97,7 +105,7 @@ def bursts(times: list[float]) -> int:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(transport=PacedTransport(), timeout=30) as c:
+    async with model_http_client(timeout=30) as c:
         yield c
 
 
@@ -167,3 +175,53 @@ async def test_a_paced_wait_is_cancelled_at_once(client: httpx2.AsyncClient, mod
     with pytest.raises(asyncio.CancelledError):
         await task
     assert time.monotonic() - started < 1.0
+
+
+async def failure(client: httpx2.AsyncClient, port: int) -> httpx2.HTTPError:
+    """What asking a model on `port` raised: never a timeout (the SDK would then tell a person
+    the model took too long, and retry it as one)."""
+    with pytest.raises(httpx2.HTTPError) as raised:
+        await client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={"stream": True})
+    assert not isinstance(raised.value, httpx2.TimeoutException), raised.value
+    return raised.value
+
+
+async def test_a_refused_connection_is_a_connection_error_not_a_timeout(client: httpx2.AsyncClient) -> None:
+    """The vendored aiohttp transport calls every failed connection a connect timeout."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert isinstance(await failure(client, port), httpx2.ConnectError)
+
+
+async def test_a_model_that_hangs_up_without_answering_is_a_connection_error(
+    client: httpx2.AsyncClient,
+) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        assert isinstance(await failure(client, port), httpx2.TransportError)
+
+
+async def test_the_model_is_reached_through_the_environments_proxy_and_read_paced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP(S)_PROXY is honoured (an organisation's egress proxy), and an answer through it
+    is paced as any other."""
+    seen: list[bytes] = []
+    proxy = serve(GAP, seen)
+    url = await anext(proxy)
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, url.removesuffix("/v1/chat/completions"))
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with model_http_client(timeout=30) as via_proxy:
+        body, times = await read_all(via_proxy, "http://model.invalid/v1/chat/completions", Answer(WINDOW))
+    await proxy.aclose()
+    assert seen == [b"POST http://model.invalid/v1/chat/completions HTTP/1.1\r\n"]
+    assert body == b"".join(PIECES)
+    assert bursts(times) <= times[-1] / WINDOW + 2

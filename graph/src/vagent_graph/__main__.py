@@ -21,7 +21,9 @@ UNTRACED_URLS = r"/health$,/metrics$"
 def instrument(app: FastAPI) -> None:
     """The maintained instrumentations (tracing is on): the server (an incoming `traceparent`
     continues the caller's trace; no span per body chunk received or SSE event sent) and
-    both HTTP clients (httpx: credential registry, tickets, MCP; httpx2: the openai SDK)."""
+    the HTTP clients (httpx: credential registry, tickets, MCP; httpx2: the openai SDK's
+    other clients, e.g. embeddings; aiohttp: the model's, models/read_pacing.py)."""
+    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor, HTTPXClientInstrumentor
 
@@ -32,6 +34,8 @@ def instrument(app: FastAPI) -> None:
     if instrumented("httpx"):
         HTTPXClientInstrumentor().instrument()
         HTTPX2ClientInstrumentor().instrument()
+    if instrumented("aiohttp-client"):
+        AioHttpClientInstrumentor().instrument()
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from vagent_graph.mcp.limits import McpLimits
 from vagent_graph.mcp.servers import McpServers
 from vagent_graph.memory.memories import Memories
 from vagent_graph.memory.store import MemoryStore
+from vagent_graph.models.llm import close_model_client
 from vagent_graph.observability import metrics
 from vagent_graph.observability.budgets import Budgets
 from vagent_graph.observability.usage import Usage
@@ -81,7 +82,8 @@ async def open_resources(
     """Redis, the checkpointer, the knowledge stores and the compiled graph, exactly as the
     service runs them. The embedding model loads on its first use, not here. The entity
     graphs' Redis (ENTITY_REDIS_URL) is not needed to start: while it is away, entity
-    lookups say so and everything else goes on."""
+    lookups say so and everything else goes on. The chat model's HTTP client is closed with
+    them: a chat model serves one `open_resources`."""
     ensure_records_db(settings.RECORDS_DB_PATH)
     redis = redis_connect.connect(
         settings.REDIS_URL,
@@ -147,6 +149,7 @@ async def open_resources(
         if entities is not None:
             await entities.aclose()
         await redis.aclose()
+        await close_model_client(chat_model)
 
 
 async def open_memories(

@@ -13,7 +13,7 @@ from vagent_graph.observability.usage import on_request, on_response
 from vagent_shared.settings import GraphSettings
 
 if TYPE_CHECKING:
-    from openai import DefaultAsyncHttpxClient
+    import httpx2
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -23,20 +23,23 @@ def model_name(settings: GraphSettings, agent: AgentDescriptor) -> str:
     return settings.LLM_MODEL or agent.model or DEFAULT_MODEL
 
 
-def metered_http_client() -> DefaultAsyncHttpxClient:
-    """The SDK's default HTTP client (its timeouts, pool limits, redirects) with usage.py's
-    event hooks: every attempt the SDK sends, its retries included, is held for before it
-    goes and charged once answered (docs/budgets.md). Each attempt also restarts the stall
-    guard's wait for the first chunk (stall_guard.py). Outside a call they do nothing."""
-    from openai import DEFAULT_CONNECTION_LIMITS, DefaultAsyncHttpxClient
-
-    from vagent_graph.models.read_pacing import PacedTransport
+def metered_http_client() -> httpx2.AsyncClient:
+    """The SDK's aiohttp client (its timeouts, pool limits, redirects; read_pacing.py) with
+    usage.py's event hooks: every attempt the SDK sends, its retries included, is held for
+    before it goes and charged once answered (docs/budgets.md). Each attempt also restarts the
+    stall guard's wait for the first chunk (stall_guard.py). Outside a call they do nothing."""
+    from vagent_graph.models.read_pacing import model_http_client
 
     hooks = {"request": [on_request, on_attempt], "response": [on_response, on_attempt]}
-    # httpx's own transport with the SDK's pool limits, reading the answer paced once its
-    # first text is out (read_pacing.py)
-    transport = PacedTransport(limits=DEFAULT_CONNECTION_LIMITS)
-    return DefaultAsyncHttpxClient(event_hooks=hooks, transport=transport)
+    return model_http_client(event_hooks=hooks)
+
+
+async def close_model_client(llm: BaseChatModel) -> None:
+    """Close the chat model's HTTP client (its aiohttp session and connections), once the
+    process is done with it: aiohttp warns of a session collected unclosed."""
+    client = getattr(llm, "http_async_client", None)
+    if client is not None and hasattr(client, "aclose") and not getattr(client, "is_closed", True):
+        await client.aclose()
 
 
 def stall_limit(llm: BaseChatModel) -> float | None:

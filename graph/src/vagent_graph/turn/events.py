@@ -224,7 +224,7 @@ def error_event_for(exc: BaseException) -> ErrorEvent:
         )
     if any(
         type(e).__module__.split(".")[0]
-        in {"openai", "langchain_openai", "httpx", "httpx2", "httpcore", "httpcore2"}
+        in {"openai", "langchain_openai", "httpx", "httpx2", "httpcore", "httpcore2", "aiohttp"}
         for e in chain
     ):
         return ErrorEvent(
