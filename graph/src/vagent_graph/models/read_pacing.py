@@ -29,7 +29,9 @@ the SDK's client makes, which wraps each response's body in a `PacedBody`.
 On an upgrade of `openai` (its vendored `httpx_aiohttp`): `tests/integration/
 test_read_pacing.py` checks the pacing, the burst rule (it reads the aiohttp response the
 vendored body keeps as `_aiohttp_response`; without it a burst would wait out the window)
-and the errors' kinds (`PacedTransport` corrects the vendored map's). If the SDK drops its
+and the errors' kinds (`PacedTransport` corrects the vendored map's), and that httpx2 still
+makes its transports through `_init_transport`/`_init_proxy_transport` (`ModelHttpClient`
+overrides them, as the SDK's own aiohttp client does: the proxy test). If the SDK drops its
 aiohttp client, go back to httpx's transport with pacing in httpcore's network backend
 (this module before 2026-11-30).
 """
