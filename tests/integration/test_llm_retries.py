@@ -18,9 +18,12 @@ from redis.asyncio import Redis
 
 from tests.support.llm_server import ScriptedLLMServer, _prompt_tokens
 from vagent_graph.agents.descriptor import load_descriptor
-from vagent_graph.models.llm import make_chat_model
+from vagent_graph.models.llm import close_model_client, make_chat_model
+from vagent_graph.models.offline_model import OfflineChatModel
 from vagent_graph.observability.budgets import Budgets
 from vagent_graph.observability.usage import OUTPUT_ALLOWANCE, BudgetSpent, Hold, Usage
+from vagent_graph.resources import open_resources
+from vagent_graph.tools.catalogue import default_registry
 from vagent_graph.turn.events import error_event_for
 from vagent_shared import redis_keys
 from vagent_shared.budgets import usage_day
@@ -122,3 +125,20 @@ async def test_a_retry_the_budget_cannot_hold_is_never_sent(
     assert len(llm_server.requests) == 1 and llm_server.pending == 1  # the retry stayed unsent
     assert await row(redis, user, tenant) == (SENT, 0, 1)  # the refused attempt is charged
     assert await redis.zcard(redis_keys.usage_held(f"u|{user}")) == 0  # and its holds are freed
+
+
+async def test_the_services_resources_close_the_model_client(
+    llm_server: ScriptedLLMServer, redis_url: str, tmp_path: Path
+) -> None:
+    """The model's client (an aiohttp session and its connections) ends with the service's
+    resources; the offline model has none to close."""
+    llm_server.push_text("hello")
+    model = chat_model(llm_server)
+    settings = GraphSettings(
+        REDIS_URL=redis_url, RECORDS_DB_PATH=tmp_path / "records.db", GRAPH_INSECURE_DEV=True
+    )
+    async with open_resources(settings, load_descriptor(), default_registry(), model, "m"):
+        assert (await model.ainvoke("hi")).content == "hello"
+        assert not model.http_async_client.is_closed  # type: ignore[attr-defined]
+    assert model.http_async_client.is_closed  # type: ignore[attr-defined]
+    await close_model_client(OfflineChatModel())

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import httpx2
 from langchain_core.language_models import BaseChatModel
 
 from vagent_graph.agents.descriptor import AgentDescriptor
@@ -11,9 +10,6 @@ from vagent_graph.models.offline_model import OfflineChatModel
 from vagent_graph.models.stall_guard import on_attempt
 from vagent_graph.observability.usage import on_request, on_response
 from vagent_shared.settings import GraphSettings
-
-if TYPE_CHECKING:
-    import httpx2
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -37,8 +33,8 @@ def metered_http_client() -> httpx2.AsyncClient:
 async def close_model_client(llm: BaseChatModel) -> None:
     """Close the chat model's HTTP client (its aiohttp session and connections), once the
     process is done with it: aiohttp warns of a session collected unclosed."""
-    client = getattr(llm, "http_async_client", None)
-    if client is not None and hasattr(client, "aclose") and not getattr(client, "is_closed", True):
+    client = getattr(llm, "http_async_client", None)  # the offline model has none
+    if isinstance(client, httpx2.AsyncClient) and not client.is_closed:
         await client.aclose()
 
 
